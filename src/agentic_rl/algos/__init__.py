@@ -1,0 +1,88 @@
+"""Pure tensor math for RL on LLM agents: advantage estimators, policy/value losses, KL
+penalties, loss aggregation, GiGPO step grouping and batch filters. Depends only on torch and
+the standard library (see tests/algos/test_purity.py)."""
+
+from agentic_rl.algos.advantages import (
+    SEQUENCE_ADVANTAGES,
+    discounted_returns,
+    dr_grpo_advantages,
+    gae_advantages,
+    grpo_advantages,
+    multi_conversation_advantages,
+    outcome_to_token_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+    trr_pp_advantages,
+    whiten_advantages,
+)
+from agentic_rl.algos.filters import (
+    dynamic_sampling_keep,
+    majority_vote,
+    majority_vote_rewards,
+    reward_variance_keep,
+    roc_downsample,
+    roc_penalties,
+    useful_group_fraction,
+)
+from agentic_rl.algos.gigpo import (
+    GIGPO_NORMS,
+    anchor_groups,
+    discounted_step_returns,
+    episode_advantages,
+    gigpo_advantages,
+    step_advantages,
+)
+from agentic_rl.algos.losses import (
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    aggregate_loss,
+    gspo_loss,
+    kl_penalty,
+    overlong_filter_mask,
+    overlong_soft_penalty,
+    ppo_clip_loss,
+    value_loss,
+)
+from agentic_rl.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "GIGPO_NORMS",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "SEQUENCE_ADVANTAGES",
+    "aggregate_loss",
+    "anchor_groups",
+    "discounted_returns",
+    "discounted_step_returns",
+    "dr_grpo_advantages",
+    "dynamic_sampling_keep",
+    "episode_advantages",
+    "gae_advantages",
+    "gigpo_advantages",
+    "grpo_advantages",
+    "gspo_loss",
+    "kl_penalty",
+    "majority_vote",
+    "majority_vote_rewards",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "multi_conversation_advantages",
+    "outcome_to_token_advantages",
+    "overlong_filter_mask",
+    "overlong_soft_penalty",
+    "ppo_clip_loss",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "reward_variance_keep",
+    "rloo_advantages",
+    "roc_downsample",
+    "roc_penalties",
+    "step_advantages",
+    "trr_pp_advantages",
+    "useful_group_fraction",
+    "value_loss",
+    "whiten_advantages",
+]

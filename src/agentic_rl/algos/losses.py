@@ -1,0 +1,235 @@
+"""Per-token policy/value losses, KL penalties and loss aggregation.
+
+Shapes: ``B`` sequences, ``T`` tokens; ``mask`` ``[B, T]`` is non-zero on policy tokens.
+Per-token functions return ``[B, T]`` tensors that are exactly 0 (with exactly 0 gradient)
+at mask-0 positions; :func:`aggregate_loss` then reduces them to a scalar. Entropy bonuses
+(and KL terms) are aggregated with the same :func:`aggregate_loss` mode as the policy loss,
+so all terms share one normalisation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from agentic_rl.algos.masked import as_bool_mask, masked_sum
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+# exp(20) ~ 4.9e8: large enough to never bind in sane training, small enough that exp() of a
+# corrupted log-ratio stays finite in fp32 instead of producing inf/NaN gradients.
+_MAX_LOG_RATIO = 20.0
+_K3_CLAMP = 10.0
+
+
+def kl_penalty(
+    logprobs: Tensor, ref_logprobs: Tensor, estimator: str, mask: Tensor | None = None
+) -> Tensor:
+    """Per-token estimate of ``KL(pi || pi_ref)`` from samples of ``pi``.
+
+    J. Schulman, "Approximating KL Divergence" (2020), with ``x = logprobs - ref_logprobs``:
+      * ``k1 = x``                       (unbiased, high variance, can be negative)
+      * ``k2 = 0.5 * x^2``               (biased, low variance)
+      * ``k3 = exp(-x) - 1 + x``         (unbiased, >= 0; "low_var_kl" in verl), clamped to
+        ``[-10, 10]`` and computed with ``x`` clamped to ``[-20, 20]`` so exp cannot overflow.
+    If ``mask`` is given, masked-out positions are 0 and get exactly zero gradient even when
+    their inputs are inf/NaN; otherwise the caller must mask (e.g. via :func:`aggregate_loss`).
+    Shapes: ``logprobs``, ``ref_logprobs`` ``[B, T]`` -> ``[B, T]``.
+    Raises ValueError for an unknown estimator.
+    """
+    log_ratio = logprobs - ref_logprobs
+    if mask is not None:
+        log_ratio = torch.where(as_bool_mask(mask), log_ratio, 0)
+    if estimator == "k1":
+        kl = log_ratio
+    elif estimator == "k2":
+        kl = 0.5 * log_ratio**2
+    elif estimator == "k3":
+        x = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        kl = (torch.exp(-x) - 1 + x).clamp(-_K3_CLAMP, _K3_CLAMP)
+    else:
+        raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+    return kl if mask is None else torch.where(as_bool_mask(mask), kl, 0)
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """PPO clipped surrogate, per token (Schulman et al. 2017).
+
+    ``rho = exp(logprobs - old_logprobs)``,
+    ``L = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)``.
+    Asymmetric bounds give DAPO's "clip-higher" (Yu et al. 2025, e.g. ``clip_high=0.28``).
+    ``dual_clip=c`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games", c = 3): for
+    ``A < 0``, ``L = min(L, -c * A)``; caps the loss of tokens whose ratio exploded, where the
+    standard clip does not bind (``rho * A`` is the min) and the loss grows without bound.
+    Returns ``(per_token_loss, clipped)``: the loss (0 at mask-0 positions) and a bool mask of
+    masked tokens where a clipped term is the active one (strictly; ties count as unclipped),
+    for the clip-fraction metric. Clipped tokens have zero gradient.
+    Shapes: all inputs ``[B, T]`` -> ``([B, T], [B, T] bool)``.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    m = as_bool_mask(mask)
+    # Select before exp: garbage log-probs at mask-0 positions must not reach exp/grad.
+    log_ratio = torch.where(m, logprobs - old_logprobs, 0)
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    adv = torch.where(m, advantages, 0)
+    loss_unclipped = -ratio * adv
+    loss_clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
+    clipped = loss_clipped > loss_unclipped
+    # where (not maximum) so that on ties the gradient is the plain -A * rho, not half of each.
+    loss = torch.where(clipped, loss_clipped, loss_unclipped)
+    if dual_clip is not None:
+        cap = -dual_clip * adv
+        capped = (adv < 0) & (loss > cap)
+        loss = torch.where(capped, cap, loss)
+        clipped = clipped | capped
+    return torch.where(m, loss, 0), clipped & m
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip: float | None = 0.2,
+) -> Tensor:
+    """Clipped value loss (PPO, as in OpenAI baselines / TRL).
+
+    ``v_clip = old + clip(v - old, -clip, clip)``,
+    ``L = 0.5 * max((v - R)^2, (v_clip - R)^2)``; ``clip=None`` gives ``0.5 * (v - R)^2``.
+    The max makes the critic unable to profit from moving further than ``clip`` from its old
+    prediction in one update. 0 at mask-0 positions.
+    Shapes: all inputs ``[B, T]`` -> ``[B, T]``.
+    """
+    m = as_bool_mask(mask)
+    v = torch.where(m, values, 0)
+    old = torch.where(m, old_values, 0)
+    ret = torch.where(m, returns, 0)
+    loss = (v - ret) ** 2
+    if clip is not None:
+        v_clipped = old + (v - old).clamp(-clip, clip)
+        loss = torch.maximum(loss, (v_clipped - ret) ** 2)
+    return torch.where(m, 0.5 * loss, 0)
+
+
+def aggregate_loss(
+    per_token: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    num_sequences: int | None = None,
+    num_tokens: float | None = None,
+    max_tokens: int | None = None,
+) -> Tensor:
+    """Reduce a per-token loss ``[B, T]`` to a scalar.
+
+    Modes (``l`` = loss, ``m`` = mask, ``N`` = ``num_sequences``):
+      * ``"token-mean"``: ``sum_{b,t} l m / num_tokens`` (DAPO, Yu et al. 2025: every token
+        weighs the same, long answers are not down-weighted).
+      * ``"seq-mean-token-mean"``: ``sum_b (sum_t l m / sum_t m) / N`` (original GRPO).
+      * ``"seq-mean-token-sum-norm"``: ``sum_{b,t} l m / (max_tokens * N)`` (Dr. GRPO, Liu et
+        al. 2025: a constant normaliser removes the length bias); ``max_tokens`` is required.
+    ``num_sequences`` / ``num_tokens`` default to this call's ``B`` / ``sum(m)``. Pass the
+    GLOBAL counts of the whole batch when summing micro-batch losses: the sum then equals the
+    full-batch loss exactly (gradient-accumulation invariance). Sequences without masked tokens
+    contribute 0; an all-masked-out input gives 0, not NaN.
+    Use the same mode for entropy bonuses so every term shares the normalisation.
+    Shapes: ``per_token``, ``mask`` ``[B, T]`` -> scalar.
+    Raises ValueError on an unknown mode or a missing/non-positive ``max_tokens``.
+    """
+    m = as_bool_mask(mask)
+    n_seq = per_token.shape[0] if num_sequences is None else num_sequences
+    if mode == "token-mean":
+        total = masked_sum(per_token, m)
+        if num_tokens is not None:
+            # A zero count implies a zero sum; dividing by 1 then returns 0 instead of NaN.
+            return total / (num_tokens if num_tokens > 0 else 1.0)
+        return total / m.sum().to(per_token.dtype).clamp_min(1)
+    if mode == "seq-mean-token-mean":
+        seq_len = m.sum(dim=-1).to(per_token.dtype).clamp_min(1)
+        return (masked_sum(per_token, m, dim=-1) / seq_len).sum() / max(n_seq, 1)
+    if mode == "seq-mean-token-sum-norm":
+        if max_tokens is None or max_tokens <= 0:
+            raise ValueError(f"mode {mode!r} needs a positive max_tokens, got {max_tokens}")
+        return masked_sum(per_token, m) / (max_tokens * max(n_seq, 1))
+    raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGGREGATIONS}")
+
+
+def gspo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+) -> tuple[Tensor, Tensor]:
+    """GSPO clipped surrogate with a sequence-level ratio (Zheng et al. 2025, "Group Sequence
+    Policy Optimization").
+
+    ``s_i = (pi(y_i) / pi_old(y_i))^(1/|y_i|) = exp(mean_{t masked} (logp_t - old_logp_t))``,
+    ``L_i = -min(s_i * A_i, clip(s_i, 1 - clip_low, 1 + clip_high) * A_i)``; the paper's clip
+    range is (3e-4, 4e-4). The gradient of ``s_i`` reaches every masked token of the sequence
+    (through the mean), and 0 reaches mask-0 positions even when their log-probs are inf/NaN.
+    GSPO is sequence-level only: the trainer must average ``L_i`` over sequences (token-level
+    aggregation of a sequence ratio is not meaningful). Sequences with no masked token get
+    ``L_i = 0`` and are never clipped. Clipped sequences have zero gradient.
+    Returns ``(per_sequence_loss, clipped)``; ``clipped`` is True where the clipped term is the
+    active one (strictly; ties count as unclipped), for the clip-fraction metric.
+    Shapes: ``logprobs``, ``old_logprobs``, ``mask`` ``[B, T]``, ``advantages`` ``[B]`` ->
+    ``([B], [B] bool)``.
+    """
+    m = as_bool_mask(mask)
+    log_ratio = torch.where(m, logprobs - old_logprobs, 0)
+    n_tokens = m.sum(dim=-1)
+    has_token = n_tokens > 0
+    seq_log_ratio = log_ratio.sum(dim=-1) / n_tokens.clamp_min(1).to(log_ratio.dtype)
+    ratio = torch.exp(seq_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    adv = torch.where(has_token, advantages, 0)
+    loss_unclipped = -ratio * adv
+    loss_clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
+    clipped = loss_clipped > loss_unclipped
+    loss = torch.where(clipped, loss_clipped, loss_unclipped)
+    return torch.where(has_token, loss, 0), clipped & has_token
+
+
+def overlong_soft_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:
+    """DAPO soft overlong punishment (Yu et al. 2025, "DAPO", Eq. 13), added to the reward.
+
+    With ``L_exp = max_length - cache_length``:
+    ``R_len(L) = 0`` if ``L <= L_exp``; ``(L_exp - L) / cache_length`` if
+    ``L_exp < L <= max_length`` (linear from 0 down to -1 over the buffer); ``-1`` beyond.
+    ``cache_length = 0`` means no buffer (0 up to ``max_length``, -1 beyond).
+    Shapes: ``lengths`` ``[B]`` (integer token counts) -> ``[B]`` float (default dtype, or the
+    dtype of floating ``lengths``).
+    Raises ValueError unless ``0 <= cache_length <= max_length``.
+    """
+    if not 0 <= cache_length <= max_length:
+        raise ValueError(
+            f"need 0 <= cache_length <= max_length, got {cache_length} and {max_length}"
+        )
+    dtype = lengths.dtype if lengths.is_floating_point() else torch.get_default_dtype()
+    length = lengths.detach().to(dtype)
+    expected = max_length - cache_length
+    in_buffer = (expected - length) / max(cache_length, 1)
+    penalty = torch.where(length <= expected, torch.zeros_like(length), in_buffer)
+    return torch.where(length > max_length, torch.full_like(length, -1.0), penalty)
+
+
+def overlong_filter_mask(mask: Tensor, truncated: Tensor) -> Tensor:
+    """DAPO overlong filtering: truncated samples get an all-zero loss mask.
+
+    ``m'_{b,t} = m_{b,t} * [not truncated_b]``: a truncated answer's reward says nothing about
+    its quality, so it is dropped from the loss instead of being punished.
+    Shapes: ``mask`` ``[B, T]`` (bool or float, dtype kept), ``truncated`` ``[B]`` bool ->
+    ``[B, T]``.
+    """
+    return torch.where(truncated.bool()[:, None], torch.zeros_like(mask), mask)

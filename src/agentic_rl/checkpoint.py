@@ -1,0 +1,357 @@
+"""Atomic training checkpoints: policy weights, extra modules, optimizer, trainer state and RNG.
+
+Layout of one checkpoint (`OUT` is the run's output directory)::
+
+    OUT/checkpoints/step_000012/
+        model.safetensors          policy state_dict (tied weights stored once)
+        <name>.safetensors         one per extra module, e.g. value_head.safetensors
+        optimizer.pt               {"optimizer": ..., "scheduler": ...}
+        trainer_state.json         {"step": 12, ...whatever the trainer passed}
+        rng.pt                     torch (+cuda), python `random` and numpy RNG states
+        COMPLETE                   marker, written last
+
+Everything is written into `OUT/checkpoints/.tmp-*` and renamed into place only once all files
+(and the marker) are on disk, so a crash mid-save never leaves a directory that
+`latest_checkpoint` would pick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+from torch.optim import Optimizer
+
+CHECKPOINTS_DIRNAME = "checkpoints"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+TRAINER_STATE_FILE = "trainer_state.json"
+RNG_FILE = "rng.pt"
+COMPLETE_MARKER = "COMPLETE"
+TMP_PREFIX = ".tmp-"
+
+_STEP_DIR_RE = re.compile(r"^step_(\d+)$")
+_EXTRA_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
+
+
+# --------------------------------------------------------------------------------------------
+# paths
+
+
+def checkpoints_dir(out_dir: Path) -> Path:
+    """The directory that holds every `step_*` checkpoint of run `out_dir`."""
+    return Path(out_dir) / CHECKPOINTS_DIRNAME
+
+
+def step_dir_name(step: int) -> str:
+    """Directory name of the checkpoint for `step` (zero-padded so names sort like steps)."""
+    return f"step_{step:06d}"
+
+
+def _step_of(path: Path) -> int | None:
+    match = _STEP_DIR_RE.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(out_dir: Path) -> list[Path]:
+    """Complete checkpoints of run `out_dir`, oldest step first.
+
+    A directory counts only if it has the `COMPLETE` marker; half-written or foreign directories
+    are ignored.
+    """
+    root = checkpoints_dir(out_dir)
+    if not root.is_dir():
+        return []
+    found: list[tuple[int, Path]] = []
+    for child in root.iterdir():
+        step = _step_of(child)
+        if step is not None and child.is_dir() and (child / COMPLETE_MARKER).is_file():
+            found.append((step, child))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The complete checkpoint with the highest step under `out_dir/checkpoints`, or None."""
+    checkpoints = list_checkpoints(out_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+# --------------------------------------------------------------------------------------------
+# durability helpers
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or directory so a rename after it cannot be persisted before its data."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # some platforms (Windows) cannot open directories; best effort there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, write: Callable[[Path], None]) -> None:
+    write(path)
+    _fsync_path(path)
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# RNG
+
+
+def _capture_rng() -> dict[str, Any]:
+    """RNG states as plain types/tensors so they load with `torch.load(weights_only=True)`."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+    except ImportError:
+        return state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # The key array is converted to a tensor: numpy arrays are not allowed by weights_only loads.
+    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    return state
+
+
+def _restore_rng(state: Mapping[str, Any]) -> None:
+    random.setstate(_to_tuple(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        try:
+            import numpy as np
+        except ImportError:
+            return
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+def _to_tuple(value: Any) -> Any:
+    """`random.setstate` needs tuples all the way down; serialisation may hand back lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_to_tuple(v) for v in value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# save
+
+
+def _validate_extra_names(extra_modules: Mapping[str, nn.Module]) -> None:
+    reserved = {Path(MODEL_FILE).stem}
+    for name in extra_modules:
+        if not _EXTRA_NAME_RE.match(name) or name in reserved:
+            raise ValueError(f"invalid extra module name {name!r} (must be a plain file stem)")
+
+
+def _write_checkpoint_files(
+    tmp: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: Optimizer | None,
+    scheduler: Any,
+    trainer_state: Mapping[str, Any] | None,
+    extra_modules: Mapping[str, nn.Module],
+) -> None:
+    """Write every checkpoint file into `tmp`, the COMPLETE marker last."""
+    # save_model stores tensors that share storage (tied embeddings) once and records the
+    # dropped aliases in the header metadata; load_model re-ties them through the module.
+    _write_durable(tmp / MODEL_FILE, lambda p: save_model(model, str(p), metadata={"format": "pt"}))
+    for name, module in extra_modules.items():
+        _write_durable(
+            tmp / f"{name}.safetensors",
+            lambda p, m=module: save_model(m, str(p), metadata={"format": "pt"}),
+        )
+    if optimizer is not None or scheduler is not None:
+        opt_state = {
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        }
+        _write_durable(tmp / OPTIMIZER_FILE, lambda p: torch.save(opt_state, p))
+    state = {**dict(trainer_state or {}), "step": int(step)}
+    _write_durable(tmp / TRAINER_STATE_FILE, lambda p: _write_json(p, state))
+    rng = _capture_rng()
+    _write_durable(tmp / RNG_FILE, lambda p: torch.save(rng, p))
+    _write_durable(tmp / COMPLETE_MARKER, lambda p: p.write_text(f"{step}\n", encoding="utf-8"))
+    _fsync_path(tmp)
+
+
+def save_checkpoint(
+    out_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: Optimizer | None,
+    scheduler: Any = None,
+    trainer_state: dict[str, Any] | None = None,
+    extra_modules: dict[str, nn.Module] | None = None,
+    keep_last: int = 2,
+) -> Path:
+    """Atomically save a checkpoint to `out_dir/checkpoints/step_{step:06d}` and return its path.
+
+    `trainer_state` must be JSON-serialisable; `step` is added to it. `keep_last` complete
+    checkpoints are kept (the one just written always survives); `keep_last <= 0` keeps all.
+    Re-saving an existing step replaces it.
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    extra_modules = dict(extra_modules or {})
+    _validate_extra_names(extra_modules)
+    # Fail before touching the disk if the trainer state cannot be written as JSON.
+    json.dumps(trainer_state or {})
+
+    root = checkpoints_dir(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dir_name(step)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
+    try:
+        _write_checkpoint_files(
+            tmp, step, model, optimizer, scheduler, trainer_state, extra_modules
+        )
+        _move_into_place(tmp, final)
+    except BaseException:
+        # A real crash cannot clean up; the leftover .tmp-* dir is removed by the next save.
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_path(root)
+    prune_checkpoints(out_dir, keep_last=keep_last, protect=final)
+    return final
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename `tmp` to `final`; an existing `final` is moved aside first (rename needs a free
+    target for directories) and deleted only after the new one is in place."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = final.with_name(f"{TMP_PREFIX}old-{final.name}-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        os.replace(old, final)  # put the previous complete checkpoint back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def prune_checkpoints(out_dir: Path, keep_last: int, protect: Path | None = None) -> list[Path]:
+    """Delete complete checkpoints beyond the newest `keep_last` and stale `.tmp-*` dirs.
+
+    `protect` is never deleted (the checkpoint just written, even if a higher step exists from an
+    abandoned run). Returns the removed paths.
+    """
+    root = checkpoints_dir(out_dir)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    # Only one process saves at a time, so every temp dir still here is from a crashed save.
+    for child in root.iterdir():
+        if child.name.startswith(TMP_PREFIX) and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    if keep_last > 0:
+        complete = list_checkpoints(out_dir)
+        for path in complete[: max(0, len(complete) - keep_last)]:
+            if protect is not None and path.resolve() == Path(protect).resolve():
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+# --------------------------------------------------------------------------------------------
+# load
+
+
+def _require(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file missing: {path} ({what})")
+    return path
+
+
+def _load_module(module: nn.Module, path: Path) -> None:
+    try:
+        load_model(module, str(path), strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"cannot load {path} into {type(module).__name__}: {err}") from err
+
+
+def load_checkpoint(
+    path: Path,
+    model: nn.Module,
+    optimizer: Optimizer | None = None,
+    scheduler: Any = None,
+    extra_modules: dict[str, nn.Module] | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Restore a checkpoint directory written by `save_checkpoint`; returns the trainer state.
+
+    Only the parts asked for are loaded (optimizer/scheduler/extra modules when given). Raises
+    `CheckpointError` naming the missing path if the directory is absent or incomplete.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    if not (path / COMPLETE_MARKER).is_file():
+        raise CheckpointError(
+            f"incomplete checkpoint: {path} has no {COMPLETE_MARKER} marker "
+            "(the save was interrupted); use latest_checkpoint() to find a complete one"
+        )
+    # Check every needed file before mutating anything, so a failed load leaves state untouched.
+    model_file = _require(path / MODEL_FILE, "model weights")
+    extra_files = {
+        name: _require(path / f"{name}.safetensors", f"extra module {name!r}")
+        for name in (extra_modules or {})
+    }
+    state_file = _require(path / TRAINER_STATE_FILE, "trainer state")
+    opt_file = None
+    if optimizer is not None or scheduler is not None:
+        opt_file = _require(path / OPTIMIZER_FILE, "optimizer/scheduler state")
+    rng_file = _require(path / RNG_FILE, "RNG state") if restore_rng else None
+
+    _load_module(model, model_file)
+    for name, module in (extra_modules or {}).items():
+        _load_module(module, extra_files[name])
+    if opt_file is not None:
+        _load_optimizer(opt_file, optimizer, scheduler)
+    if rng_file is not None:
+        _restore_rng(torch.load(rng_file, map_location="cpu", weights_only=True))
+    return json.loads(state_file.read_text(encoding="utf-8"))
+
+
+def _load_optimizer(path: Path, optimizer: Optimizer | None, scheduler: Any) -> None:
+    # optimizer.load_state_dict moves state tensors to each param's device, so CPU is fine here.
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if optimizer is not None:
+        if saved.get("optimizer") is None:
+            raise CheckpointError(f"{path} holds no optimizer state")
+        optimizer.load_state_dict(saved["optimizer"])
+    if scheduler is not None:
+        if saved.get("scheduler") is None:
+            raise CheckpointError(f"{path} holds no scheduler state")
+        scheduler.load_state_dict(saved["scheduler"])

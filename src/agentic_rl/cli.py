@@ -1,0 +1,111 @@
+"""`agentic-rl` command line: train, eval, check-env, recipes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agentic_rl.config import ConfigError, load_config, recipe_dirs
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from agentic_rl.trainer import train
+
+    cfg = load_config(args.recipe, args.overrides, smoke=args.smoke)
+    train(cfg)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint
+    from agentic_rl.trainer import build, evaluate
+
+    cfg = load_config(args.recipe, args.overrides)
+    setup = build(cfg)
+    path = Path(args.checkpoint)
+    if not (path / "COMPLETE").exists():  # a run directory: take its last checkpoint
+        found = latest_checkpoint(path)
+        if found is None:
+            raise ConfigError(f"no complete checkpoint in {path}")
+        path = found
+    load_checkpoint(path, setup.policy, restore_rng=False)
+    result = evaluate(setup)
+    print(json.dumps({"checkpoint": str(path), **result}, indent=2))
+    return 0
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from agentic_rl.envs import ENVS, TASKS, check_env, make_env
+
+    if args.name not in ENVS:
+        raise ConfigError(f"unknown env '{args.name}' (valid: {', '.join(sorted(ENVS))})")
+    tasks = TASKS[args.name]("eval", args.tasks, args.seed)
+    check_env(make_env(args.name), tasks, seed=args.seed)
+    print(f"{args.name}: all checks passed on {len(tasks)} tasks")
+    return 0
+
+
+def _cmd_recipes(args: argparse.Namespace) -> int:
+    seen: set[str] = set()
+    for folder in recipe_dirs():
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            if path.stem in seen:
+                continue
+            seen.add(path.stem)
+            cfg = load_config(path)
+            print(f"{path.stem:28s} {cfg.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentic-rl", description="Train LLM agents with multi-turn reinforcement learning."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a recipe (default: the CPU search agent)")
+    train.add_argument("recipe", nargs="?", default=None, help="recipe name or YAML path")
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.name=rloo")
+    train.add_argument("--smoke", action="store_true", help="a few tiny steps (tests, checks)")
+    train.set_defaults(fn=_cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint on the recipe's held-out tasks")
+    ev.add_argument("recipe", help="recipe name or YAML path")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides")
+    ev.add_argument("--checkpoint", required=True, help="checkpoint dir or run dir")
+    ev.set_defaults(fn=_cmd_eval)
+
+    check = sub.add_parser("check-env", help="validate an environment with check_env")
+    check.add_argument("name", help="env name, e.g. search_qa")
+    check.add_argument("--tasks", type=int, default=20, help="tasks to check")
+    check.add_argument("--seed", type=int, default=0)
+    check.set_defaults(fn=_cmd_check_env)
+
+    recipes = sub.add_parser("recipes", help="list recipes with one line each")
+    recipes.set_defaults(fn=_cmd_recipes)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # `train a.b=c` without a recipe: argparse takes the first override as the recipe name.
+    if getattr(args, "recipe", None) and "=" in args.recipe:
+        args.overrides = [args.recipe, *args.overrides]
+        args.recipe = None
+    from agentic_rl.checkpoint import CheckpointError
+    from agentic_rl.models import ModelLoadError
+    from agentic_rl.rollout.chat import TokenizerCheckError
+
+    try:
+        return args.fn(args)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+    except (ModelLoadError, TokenizerCheckError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""The Env protocol, a base class for tool-using QA-style envs, and `check_env`.
+
+An env is a small class: `reset(task, seed)` gives the opening messages, `step(action)` applies
+one parsed model turn. Malformed actions are data: they return an error observation, a format
+penalty and a counted metric, never an exception. The env does not count turns; the rollout owns
+turn and token budgets (and sets `truncated`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Protocol, runtime_checkable
+
+from agentic_rl.tools.base import Tool, call_tool, result_tag_of
+from agentic_rl.types import Action, Observation, StepResult, Task
+
+VALID_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@runtime_checkable
+class Env(Protocol):
+    """An environment the agent acts in. See DESIGN.md, "Contracts"."""
+
+    tools: list[Tool]
+
+    def reset(self, task: Task, seed: int) -> Observation: ...
+
+    def step(self, action: Action) -> StepResult: ...
+
+    def expert_turn(self) -> str:
+        """The scripted expert's next assistant turn (e.g. '<answer>42</answer>')."""
+        ...
+
+
+def inline_tool_instructions(tools: list[Tool]) -> str:
+    """Describe each tool in the inline tag format: `<name>argument</name>`."""
+    lines = []
+    for tool in tools:
+        tag = result_tag_of(tool)
+        lines.append(
+            f"- {tool.name}: {tool.description} Write <{tool.name}>...</{tool.name}>; the result "
+            f"appears between <{tag}> and </{tag}>."
+        )
+    return "\n".join(lines)
+
+
+class ToolEnv:
+    """Base for envs where the agent calls tools and finally answers.
+
+    Subclasses implement `score_answer` (a float in [0, 1]) and `expert_turn`, and usually
+    override `system_prompt`. Tool calls give `tool_call_reward` (0 by default); malformed turns,
+    unknown tools and turns without any action give `-format_penalty`.
+    """
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        format_penalty: float = 0.1,
+        tool_timeout_s: float = 10.0,
+        max_tool_output_chars: int = 2000,
+        tool_call_reward: float = 0.0,
+    ) -> None:
+        self.tools = list(tools)
+        self.format_penalty = format_penalty
+        self.tool_timeout_s = tool_timeout_s
+        self.max_tool_output_chars = max_tool_output_chars
+        self.tool_call_reward = tool_call_reward
+        self._tools_by_name = {tool.name: tool for tool in self.tools}
+        self.task: Task | None = None
+        self.seed = 0
+        self.done = False
+        # (action, observation) per step: lets `expert_turn` see what the agent has seen so far.
+        self.history: list[tuple[Action, Observation | None]] = []
+
+    # -- hooks for subclasses -------------------------------------------------------------
+    def system_prompt(self) -> str:
+        """The system message: what the agent must do and the action format."""
+        return (
+            "Solve the task. You can use these tools:\n"
+            f"{inline_tool_instructions(self.tools)}\n"
+            "When you know the answer, write <answer>answer</answer> with only the answer inside."
+        )
+
+    def user_prompt(self, task: Task) -> str:
+        """The user message for a task."""
+        return task.prompt
+
+    def score_answer(self, text: str) -> float:
+        """Reward in [0, 1] for a final answer to `self.task`."""
+        raise NotImplementedError
+
+    def expert_turn(self) -> str:
+        """The scripted expert's next assistant turn given `self.history`."""
+        raise NotImplementedError
+
+    # -- the protocol ---------------------------------------------------------------------
+    def reset(self, task: Task, seed: int) -> Observation:
+        """Start an episode on `task`; returns the system and user messages."""
+        self.task = task
+        self.seed = seed
+        self.done = False
+        self.history = []
+        return Observation(
+            messages=[
+                {"role": "system", "content": self.system_prompt()},
+                {"role": "user", "content": self.user_prompt(task)},
+            ]
+        )
+
+    def step(self, action: Action) -> StepResult:
+        """Apply one parsed model turn."""
+        if self.task is None:
+            raise RuntimeError("step() called before reset()")
+        if self.done:
+            raise RuntimeError("step() called after the episode terminated; call reset()")
+        if action.kind == "tool":
+            result = self._step_tool(action)
+        elif action.kind == "answer":
+            reward = float(self.score_answer(action.text))
+            result = StepResult(
+                observation=None,
+                reward=reward,
+                terminated=True,
+                info={"answered": 1, "success": float(reward >= 1.0)},
+            )
+        elif action.kind == "invalid":
+            result = self._penalty(
+                f"Invalid action: {action.error or 'malformed turn'}. {self._usage_hint()}",
+                {"invalid_action": 1},
+            )
+        elif action.kind == "none":
+            result = StepResult(
+                observation=None,
+                reward=-self.format_penalty,
+                terminated=True,
+                info={"no_action": 1, "success": 0.0},
+            )
+        else:  # a bug in the caller, not a model mistake
+            raise ValueError(f"unknown action kind {action.kind!r}")
+        self.done = result.terminated
+        self.history.append((action, result.observation))
+        return result
+
+    def _usage_hint(self) -> str:
+        # Name the real tags (<search>, <calc>) rather than a placeholder the model cannot use.
+        tags = [f"<{name}>...</{name}>" for name in self._tools_by_name] + ["<answer>...</answer>"]
+        return f"Use {', '.join(tags[:-1])} or {tags[-1]}." if len(tags) > 1 else f"Use {tags[0]}."
+
+    def _penalty(self, message: str, info: dict[str, Any]) -> StepResult:
+        return StepResult(
+            observation=Observation(content=message, name="error"),
+            reward=-self.format_penalty,
+            info=info,
+        )
+
+    def _step_tool(self, action: Action) -> StepResult:
+        tool = self._tools_by_name.get(action.name)
+        if tool is None:
+            names = ", ".join(self._tools_by_name) or "none"
+            return self._penalty(
+                f"Invalid action: unknown tool '{action.name}'. Available tools: {names}.",
+                {"invalid_action": 1},
+            )
+        outcome = call_tool(
+            tool, action.arguments, self.tool_timeout_s, max_chars=self.max_tool_output_chars
+        )
+        return StepResult(
+            observation=Observation(content=outcome.text, name=tool.name),
+            reward=self.tool_call_reward,
+            info={"tool_call": 1, "tool_error": int(not outcome.ok)},
+        )
+
+    def last_observation(self) -> str:
+        """Text of the most recent observation (empty before any)."""
+        for _, observation in reversed(self.history):
+            if observation is not None:
+                return observation.content
+        return ""
+
+    def num_tool_calls(self) -> int:
+        """How many tool calls the agent made in this episode."""
+        return sum(1 for action, _ in self.history if action.kind == "tool")
+
+
+# ---------------------------------------------------------------------------------------------
+# check_env
+# ---------------------------------------------------------------------------------------------
+
+
+class EnvCheckError(Exception):
+    """Raised by `check_env`; the message names the failed check."""
+
+
+_TAG = re.compile(r"<([A-Za-z_][\w\-]*)>(.*?)</\1>", re.DOTALL)
+_SAMPLE_VALUES = {"string": "1", "integer": 1, "number": 1.0, "boolean": True}
+
+
+def _require(condition: bool, check: str, detail: str = "") -> None:
+    if not condition:
+        raise EnvCheckError(f"check_env: {check} failed" + (f": {detail}" if detail else ""))
+
+
+def _main_parameter(tool: Tool) -> str:
+    """The argument an inline `<name>text</name>` call fills: the first required property."""
+    schema = tool.parameters
+    names = list(schema.get("required") or schema.get("properties", {}))
+    return names[0] if names else "input"
+
+
+def _parse_expert(text: str, tools: dict[str, Tool]) -> Action:
+    # A tiny local parser on purpose: check_env must not depend on the rollout's parsers.
+    match = _TAG.search(text)
+    if match is None:
+        return Action(kind="none", raw=text)
+    name, argument = match.group(1), match.group(2).strip()
+    if name == "answer":
+        return Action(kind="answer", text=argument, raw=text)
+    if name in tools:
+        arguments = {_main_parameter(tools[name]): argument}
+        return Action(kind="tool", name=name, arguments=arguments, raw=text)
+    return Action(kind="invalid", error=f"unknown tag <{name}>", raw=text)
+
+
+def _sample_arguments(tool: Tool) -> dict[str, Any]:
+    properties = tool.parameters.get("properties", {})
+    return {
+        key: _SAMPLE_VALUES.get(properties.get(key, {}).get("type", "string"), "1")
+        for key in tool.parameters.get("required", [])
+    }
+
+
+def _check_tools(env: Env) -> None:
+    for tool in env.tools:
+        name = getattr(tool, "name", None)
+        _require(isinstance(name, str) and bool(name), "tool name", repr(tool))
+        _require(
+            isinstance(getattr(tool, "description", None), str) and bool(tool.description),
+            "tool description",
+            name,
+        )
+        params = getattr(tool, "parameters", None)
+        _require(
+            isinstance(params, dict) and params.get("type") == "object",
+            "tool parameters",
+            f"{name}: parameters must be a JSON schema with type 'object'",
+        )
+
+
+def _check_reset(env: Env, task: Task, seed: int) -> None:
+    first = env.reset(task, seed)
+    _require(isinstance(first, Observation), "reset returns Observation", type(first).__name__)
+    _require(bool(first.messages), "reset messages non-empty", task.task_id)
+    for message in first.messages:
+        _require(message.get("role") in VALID_ROLES, "message roles", repr(message.get("role")))
+        _require(isinstance(message.get("content"), str), "message content is str")
+    _require(first.messages[-1]["role"] == "user", "last reset message is from the user")
+    second = env.reset(task, seed)
+    _require(first == second, "reset determinism", f"two resets with seed {seed} differ")
+
+
+def _check_steps(env: Env, task: Task, seed: int) -> None:
+    env.reset(task, seed)
+    result = env.step(Action(kind="invalid", error="check_env test"))
+    _require(result.observation is not None, "invalid action gives an observation")
+    _require(result.observation.name == "error", "invalid action observation name is 'error'")
+    _require(not result.terminated, "invalid action does not terminate")
+    for tool in env.tools:
+        env.reset(task, seed)
+        action = Action(kind="tool", name=tool.name, arguments=_sample_arguments(tool))
+        result = env.step(action)
+        _require(
+            result.observation is not None and isinstance(result.observation.content, str),
+            "tool call returns a string observation",
+            tool.name,
+        )
+        _require(math.isfinite(result.reward), "tool call reward is finite", tool.name)
+
+
+def _answer_reward(env: Env, task: Task, seed: int, text: str) -> float:
+    env.reset(task, seed)
+    result = env.step(Action(kind="answer", text=text))
+    _require(result.terminated, "answer terminates", task.task_id)
+    _require(math.isfinite(result.reward), "answer reward is finite", task.task_id)
+    return result.reward
+
+
+def _check_answers(env: Env, task: Task, seed: int) -> None:
+    _require(bool(task.answers), "task has gold answers", task.task_id)
+    gold = _answer_reward(env, task, seed, task.answers[0])
+    wrong = _answer_reward(env, task, seed, "certainly not the answer xq7")
+    _require(gold >= wrong, "gold answer scores >= a wrong one", f"{gold} < {wrong}")
+
+
+def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
+    env.reset(task, seed)
+    tools = {tool.name: tool for tool in env.tools}
+    turns = []
+    for _ in range(max_turns):
+        text = env.expert_turn()
+        turns.append(text)
+        result = env.step(_parse_expert(text, tools))
+        if result.terminated:
+            _require(
+                result.reward >= 1.0,
+                "expert reaches reward 1.0",
+                f"{task.task_id}: reward {result.reward} after {turns}",
+            )
+            return
+    _require(False, "expert terminates", f"{task.task_id}: no answer within {max_turns} turns")
+
+
+def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int = 6) -> None:
+    """Validate an env on `tasks` (Gymnasium-style checker). Raises EnvCheckError on failure.
+
+    Checks: tool definitions; reset messages (roles, last is user, deterministic per seed);
+    an invalid action gives an error observation without terminating; every tool returns a
+    string observation; the gold answer scores at least as well as a wrong one; the scripted
+    expert reaches reward 1.0 within `max_expert_turns` turns.
+    """
+    _require(bool(tasks), "tasks given", "check_env needs at least one task")
+    _require(isinstance(getattr(env, "tools", None), list), "env.tools is a list")
+    _check_tools(env)
+    for task in tasks:
+        _check_reset(env, task, seed)
+        _check_steps(env, task, seed)
+        _check_answers(env, task, seed)
+        _check_expert(env, task, seed, max_expert_turns)

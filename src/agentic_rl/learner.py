@@ -1,0 +1,230 @@
+"""The learner: trajectories -> padded tensors -> advantages -> one policy update.
+
+Kept apart from `trainer.py` so the loop there reads as the list of stages it is. Everything here
+works on token-aligned tensors: position t holds token t, its loss mask, its behaviour logprob
+log pi_old(x_t | x_<t) and its advantage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from agentic_rl.algos.advantages import (
+    SEQUENCE_ADVANTAGES,
+    gae_advantages,
+    outcome_to_token_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    whiten_advantages,
+)
+from agentic_rl.algos.losses import aggregate_loss, kl_penalty, ppo_clip_loss, value_loss
+from agentic_rl.config import AlgoConfig, Config
+from agentic_rl.models import token_logprobs
+from agentic_rl.types import Trajectory
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded tensors for N trajectories of up to T tokens."""
+
+    input_ids: torch.Tensor  # [N, T] long
+    attention_mask: torch.Tensor  # [N, T] long
+    loss_mask: torch.Tensor  # [N, T] float, 1 on policy tokens
+    old_logprobs: torch.Tensor  # [N, T] behaviour logprobs (0 off the mask)
+    rewards: torch.Tensor  # [N] episode rewards
+    token_rewards: torch.Tensor  # [N, T] step rewards placed on the last token of their turn
+    group_ids: torch.Tensor  # [N] long
+    advantages: torch.Tensor | None = None  # [N, T]
+    returns: torch.Tensor | None = None  # [N, T] (ppo)
+    old_values: torch.Tensor | None = None  # [N, T] (ppo)
+    ref_logprobs: torch.Tensor | None = None  # [N, T] (kl_coef > 0)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx: slice) -> TrainBatch:
+        fields = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return TrainBatch(**fields)
+
+
+def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
+    n, width = len(trajectories), max(len(t.token_ids) for t in trajectories)
+    ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width))
+    old = torch.zeros((n, width))
+    token_rewards = torch.zeros((n, width))
+    groups: dict[str, int] = {}
+    for i, t in enumerate(trajectories):
+        length = len(t.token_ids)
+        ids[i, :length] = torch.tensor(t.token_ids)
+        attn[i, :length] = 1
+        mask[i, :length] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        old[i, :length] = torch.tensor(t.logprobs, dtype=torch.float32)
+        # Step rewards land on the last token of the turn that earned them; anything not
+        # attributed to a turn (there should be none) goes to the last generated token.
+        for (_, end), r in zip(t.turn_spans, t.step_rewards, strict=False):
+            token_rewards[i, end - 1] += r
+        leftover = t.reward - sum(t.step_rewards[: len(t.turn_spans)])
+        if abs(leftover) > 0 and t.turn_spans:
+            token_rewards[i, t.turn_spans[-1][1] - 1] += leftover
+        groups.setdefault(t.group_id, len(groups))
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=old * mask,
+        rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        token_rewards=token_rewards * mask,
+        group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
+    )
+
+
+def compute_advantages(batch: TrainBatch, algo: AlgoConfig) -> None:
+    """Fill batch.advantages (and returns for ppo) from rewards; KL-in-reward applied here."""
+    mask = batch.loss_mask
+    kl = None
+    if algo.kl_in_reward and batch.ref_logprobs is not None:
+        kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator) * mask
+    if algo.name in SEQUENCE_ADVANTAGES:
+        seq_adv = SEQUENCE_ADVANTAGES[algo.name](batch.rewards, batch.group_ids)
+        batch.advantages = outcome_to_token_advantages(seq_adv, mask)
+    elif algo.name == "reinforce_pp":
+        batch.advantages = reinforce_pp_advantages(
+            batch.rewards, mask, kl, algo.kl_coef if kl is not None else 0.0, gamma=algo.gamma
+        )
+    elif algo.name == "reinforce_pp_baseline":
+        batch.advantages = reinforce_pp_baseline_advantages(batch.rewards, batch.group_ids, mask)
+    elif algo.name == "ppo":
+        if batch.old_values is None:
+            raise ValueError("ppo needs old values: run the value head before compute_advantages")
+        rewards = batch.token_rewards
+        if kl is not None:
+            rewards = rewards - algo.kl_coef * kl
+        adv, ret = gae_advantages(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam)
+        batch.advantages, batch.returns = whiten_advantages(adv, mask), ret
+    else:
+        raise ValueError(f"unknown advantage estimator {algo.name!r}")
+
+
+@torch.no_grad()
+def forward_no_grad(
+    model: nn.Module, batch: TrainBatch, chunk: int, micro: int, value_head: nn.Module | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (and values) without gradients, in micro-batches: reference / critic passes."""
+    lps, vals = [], []
+    for start in range(0, len(batch), micro):
+        mb = batch.select(slice(start, start + micro))
+        lp, _, hidden = token_logprobs(
+            model, mb.input_ids, mb.attention_mask, chunk, return_hidden=value_head is not None
+        )
+        lps.append(lp * mb.loss_mask)
+        if value_head is not None and hidden is not None:
+            vals.append(value_head(hidden).float() * mb.loss_mask)
+    return torch.cat(lps), (torch.cat(vals) if vals else None)
+
+
+def update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    cfg: Config,
+    value_head: nn.Module | None = None,
+) -> dict[str, float]:
+    """`algo.epochs` passes of clipped policy-gradient updates over the batch.
+
+    Micro-batch losses are normalised by the GLOBAL sequence / token counts of the batch, so the
+    accumulated gradient equals the full-batch gradient whatever the micro-batch size."""
+    algo, mask = cfg.algo, batch.loss_mask
+    assert batch.advantages is not None
+    counts = {
+        "num_sequences": len(batch),
+        "num_tokens": float(mask.sum().clamp(min=1)),
+        "max_tokens": cfg.rollout.max_total_tokens,
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    if value_head is not None:
+        params += list(value_head.parameters())
+    sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
+    grad_norm = 0.0
+    model.train()
+    for _ in range(algo.epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for start in range(0, len(batch), cfg.optim.micro_batch_size):
+            mb = batch.select(slice(start, start + cfg.optim.micro_batch_size))
+            out = _micro_batch_loss(model, mb, cfg, counts, value_head)
+            out["loss"].backward()
+            for key in sums:
+                sums[key] += float(out[key])
+        if cfg.optim.max_grad_norm > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
+        else:
+            grad_norm = math.sqrt(
+                sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None)
+            )
+        optimizer.step()
+    tokens = counts["num_tokens"] * algo.epochs
+    return {
+        "loss": sums["loss"] / algo.epochs,
+        "clip_frac": sums["clip_frac"] / tokens,
+        "kl": sums["kl"] / tokens,
+        "entropy": sums["entropy"] / tokens,
+        "value_loss": sums["value_loss"] / algo.epochs,
+        "grad_norm": grad_norm,
+    }
+
+
+def _micro_batch_loss(
+    model: nn.Module,
+    mb: TrainBatch,
+    cfg: Config,
+    counts: dict,
+    value_head: nn.Module | None,
+) -> dict[str, torch.Tensor]:
+    algo, mask = cfg.algo, mb.loss_mask
+    logprobs, entropy, hidden = token_logprobs(
+        model,
+        mb.input_ids,
+        mb.attention_mask,
+        cfg.model.logprob_chunk_size,
+        with_entropy=True,
+        return_hidden=value_head is not None,
+    )
+    # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
+    # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.
+    old = logprobs.detach() if algo.epochs == 1 else mb.old_logprobs
+    pg, clipped = ppo_clip_loss(
+        logprobs,
+        old,
+        mb.advantages,
+        mask,
+        algo.clip_low,
+        algo.clip_high,
+        dual_clip=algo.dual_clip or None,
+    )
+    loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
+    kl_sum = torch.zeros(())
+    if mb.ref_logprobs is not None:
+        kl = kl_penalty(logprobs, mb.ref_logprobs, algo.kl_estimator) * mask
+        kl_sum = kl.detach().sum()
+        if not algo.kl_in_reward:
+            loss = loss + algo.kl_coef * aggregate_loss(kl, mask, algo.loss_agg, **counts)
+    if algo.entropy_coef > 0:
+        loss = loss - algo.entropy_coef * aggregate_loss(entropy, mask, algo.loss_agg, **counts)
+    vloss = torch.zeros(())
+    if value_head is not None and hidden is not None:
+        values = value_head(hidden).float()
+        per_token = value_loss(values, mb.old_values, mb.returns, mask, clip=algo.value_clip)
+        vloss = aggregate_loss(per_token, mask, "token-mean", **counts)
+        loss = loss + algo.value_coef * vloss
+    return {
+        "loss": loss,
+        "clip_frac": (clipped.float() * mask).sum(),
+        "kl": kl_sum,
+        "entropy": (entropy.detach() * mask).sum(),
+        "value_loss": vloss.detach(),
+    }

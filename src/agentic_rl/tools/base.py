@@ -1,0 +1,154 @@
+"""Tool protocol, a function wrapper, argument validation and a safe, time-limited call.
+
+A tool is any object with `name`, `description`, `parameters` (a JSON schema object, as in
+OpenAI / hermes tool definitions) and `__call__(**arguments) -> str`. Tools may raise: `call_tool`
+turns every failure (bad arguments, exceptions, hangs) into an error text the agent sees, because
+a bad action from the model is data, not a crash.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+DEFAULT_RESULT_TAG = "information"
+"""Tag the inline chat format wraps tool results in when a tool does not name its own."""
+
+MAX_ERROR_CHARS = 300
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A callable the agent can invoke. `result_tag` is optional (see `result_tag_of`)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def __call__(self, **arguments: Any) -> str: ...
+
+
+class ToolError(Exception):
+    """A user-facing tool failure; its message is shown to the agent as is."""
+
+
+@dataclass
+class FunctionTool:
+    """Wrap a plain function as a Tool. The function's return value is converted with `str`."""
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    result_tag: str = DEFAULT_RESULT_TAG
+
+    def __call__(self, **arguments: Any) -> str:
+        return str(self.fn(**arguments))
+
+
+@dataclass
+class ToolOutcome:
+    """Result of `call_tool`. `text` is what the agent sees; `error` is a short machine-readable
+    kind ("invalid_arguments", "timeout" or the exception type) and empty when `ok`."""
+
+    text: str
+    ok: bool
+    error: str = ""
+
+
+def result_tag_of(tool: Tool) -> str:
+    """The tag the inline chat format wraps this tool's results in."""
+    return getattr(tool, "result_tag", DEFAULT_RESULT_TAG)
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    # bool is a subclass of int in Python; JSON schema keeps them apart.
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def validate_arguments(tool: Tool, arguments: Any) -> str | None:
+    """Check `arguments` against the tool's JSON schema (a minimal subset).
+
+    Checks: arguments is a dict, required keys are present, no unknown keys when
+    `additionalProperties` is false, and the basic JSON types of known keys. Returns an error
+    message, or None when the arguments are acceptable.
+    """
+    if not isinstance(arguments, dict):
+        return f"arguments must be an object, got {type(arguments).__name__}"
+    schema = tool.parameters or {}
+    properties: dict[str, Any] = schema.get("properties", {})
+    missing = [key for key in schema.get("required", []) if key not in arguments]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    if schema.get("additionalProperties") is False:
+        unknown = sorted(key for key in arguments if key not in properties)
+        if unknown:
+            return (
+                f"unknown argument(s): {', '.join(unknown)}; "
+                f"expected: {', '.join(properties) or 'none'}"
+            )
+    for key, value in arguments.items():
+        expected = properties.get(key, {}).get("type")
+        if expected is None:
+            continue
+        types = expected if isinstance(expected, list) else [expected]
+        if not any(_TYPE_CHECKS.get(t, lambda _v: True)(value) for t in types):
+            return f"argument '{key}' must be of type {' or '.join(types)}"
+    return None
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """Cut `text` to `max_chars` characters plus a marker saying how much was dropped."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + f"\n... [truncated {len(text) - max_chars} characters]"
+
+
+def _error_text(exc: BaseException) -> str:
+    # ToolError messages are written for the agent; other exceptions keep their type for context.
+    kind = "" if isinstance(exc, ToolError) else f"{type(exc).__name__}: "
+    return truncate(f"Error: {kind}{exc}", MAX_ERROR_CHARS)
+
+
+def call_tool(tool: Tool, arguments: Any, timeout_s: float, max_chars: int = 2000) -> ToolOutcome:
+    """Validate and run one tool call with a time limit. Never raises.
+
+    The call runs in a daemon thread: a hung tool yields a timeout outcome after `timeout_s`
+    and, being a daemon, cannot block the process from exiting (a ThreadPoolExecutor would,
+    since its workers are joined at exit). The hung thread itself cannot be killed; tools that
+    may hang for good should run out of process (a sandbox or server).
+    """
+    name = getattr(tool, "name", "?")
+    problem = validate_arguments(tool, arguments)
+    if problem is not None:
+        text = truncate(f"Error: invalid arguments for tool '{name}': {problem}", MAX_ERROR_CHARS)
+        return ToolOutcome(text=text, ok=False, error="invalid_arguments")
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = str(tool(**arguments))
+        except BaseException as exc:  # any failure, even SystemExit, becomes an observation
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return ToolOutcome(
+            text=f"Error: tool '{name}' timed out after {timeout_s:g} s", ok=False, error="timeout"
+        )
+    if "error" in box:
+        exc = box["error"]
+        return ToolOutcome(text=_error_text(exc), ok=False, error=type(exc).__name__)
+    return ToolOutcome(text=truncate(box["result"], max_chars), ok=True)

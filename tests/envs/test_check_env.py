@@ -1,0 +1,64 @@
+"""check_env must catch broken envs, naming the failed check."""
+
+import random
+
+import pytest
+
+from agentic_rl.envs import CalculatorEnv, EnvCheckError, check_env
+from agentic_rl.envs.calculator import make_calculator_tasks
+from agentic_rl.types import Observation
+
+TASKS = make_calculator_tasks("eval", 3, seed=0)
+
+
+class NeverRight(CalculatorEnv):
+    def score_answer(self, text: str) -> float:
+        return 0.0
+
+
+class Flaky(CalculatorEnv):
+    def user_prompt(self, task):
+        return f"{task.prompt} (id {random.random()})"
+
+
+class PrefersWrong(CalculatorEnv):
+    def score_answer(self, text: str) -> float:
+        return 0.0 if text == self.task.answers[0] else 0.5
+
+
+class SilentExpert(CalculatorEnv):
+    def expert_turn(self) -> str:
+        return f"<calc>{self.task.fields['expression']}</calc>"
+
+
+class AssistantLast(CalculatorEnv):
+    def reset(self, task, seed):
+        first = super().reset(task, seed)
+        return Observation(messages=[*first.messages, {"role": "assistant", "content": "Hi"}])
+
+
+class BadToolSchema(CalculatorEnv):
+    def __init__(self):
+        super().__init__()
+        self.tools[0].parameters = {"expression": "string"}
+
+
+@pytest.mark.parametrize(
+    ("env_class", "failed_check"),
+    [
+        (NeverRight, "expert reaches reward 1.0"),
+        (Flaky, "reset determinism"),
+        (PrefersWrong, "gold answer scores >= a wrong one"),
+        (SilentExpert, "expert terminates"),
+        (AssistantLast, "last reset message is from the user"),
+        (BadToolSchema, "tool parameters"),
+    ],
+)
+def test_check_env_names_the_failed_check(env_class, failed_check):
+    with pytest.raises(EnvCheckError, match=f"check_env: {failed_check} failed"):
+        check_env(env_class(), TASKS)
+
+
+def test_check_env_needs_tasks():
+    with pytest.raises(EnvCheckError, match="tasks given"):
+        check_env(CalculatorEnv(), [])
