@@ -14,6 +14,7 @@ decoded and re-encoded: decoding here is only for parsing the action.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -139,10 +140,8 @@ class HermesFormat:
                 return Action(kind="invalid", error='tool call needs a "name" string', raw=text)
             arguments = payload.get("arguments", {})
             if isinstance(arguments, str):  # some models double-encode the arguments
-                try:
+                with contextlib.suppress(json.JSONDecodeError):
                     arguments = json.loads(arguments)
-                except json.JSONDecodeError:
-                    pass
             if not isinstance(arguments, dict):
                 return Action(kind="invalid", error='"arguments" must be an object', raw=text)
             return Action(kind="tool", name=payload["name"], arguments=arguments, raw=text)
