@@ -47,6 +47,8 @@ class EnvConfig:
     """Held-out tasks (disjoint from training) evaluated greedily before and after training."""
     seed: int = 0
     """Seed of the task generators (and of the search corpus)."""
+    topk: int = 3
+    """Documents returned per search (search_qa only)."""
     format_penalty: float = 0.1
     """Reward subtracted for a malformed action or a turn without any action."""
     tool_timeout_s: float = 10.0
@@ -376,6 +378,7 @@ def validate(cfg: Config) -> None:
             "algo.epochs",
             "env.num_eval_tasks",
             "env.num_train_tasks",
+            "env.topk",
             "warm_start.epochs",
             "warm_start.batch_size",
         ],
@@ -399,6 +402,8 @@ def validate(cfg: Config) -> None:
         ],
         allow_zero=True,
     )
+    if cfg.env.name != "search_qa" and cfg.env.topk != EnvConfig.topk:
+        raise ConfigError(f"env.topk only applies to search_qa, not env.name={cfg.env.name}")
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
     if not 0 <= cfg.algo.clip_low < 1 or cfg.algo.clip_high < 0:

@@ -46,7 +46,7 @@ class TrainBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def select(self, idx: slice) -> TrainBatch:
+    def select(self, idx: slice | torch.Tensor) -> TrainBatch:
         fields = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
         return TrainBatch(**fields)
 
@@ -149,17 +149,18 @@ def update(
     params = [p for p in model.parameters() if p.requires_grad]
     if value_head is not None:
         params += list(value_head.parameters())
+    rows = _rows_with_gradient(batch, algo, value_head)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
     grad_norm = 0.0
     model.train()
     for _ in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), cfg.optim.micro_batch_size):
-            mb = batch.select(slice(start, start + cfg.optim.micro_batch_size))
+        for start in range(0, len(rows), cfg.optim.micro_batch_size):
+            mb = batch.select(rows[start : start + cfg.optim.micro_batch_size])
             out = _micro_batch_loss(model, mb, cfg, counts, value_head)
             out["loss"].backward()
             for key in sums:
-                sums[key] += float(out[key])
+                sums[key] += float(out[key].detach())
         if cfg.optim.max_grad_norm > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
         else:
@@ -167,8 +168,10 @@ def update(
                 sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None)
             )
         optimizer.step()
-    tokens = counts["num_tokens"] * algo.epochs
+    # Diagnostics are means over the tokens actually processed (skipped rows have none).
+    tokens = float(mask[rows].sum().clamp(min=1)) * algo.epochs
     return {
+        "trained_sequences": float(len(rows)),
         "loss": sums["loss"] / algo.epochs,
         "clip_frac": sums["clip_frac"] / tokens,
         "kl": sums["kl"] / tokens,
@@ -176,6 +179,23 @@ def update(
         "value_loss": sums["value_loss"] / algo.epochs,
         "grad_norm": grad_norm,
     }
+
+
+def _rows_with_gradient(
+    batch: TrainBatch, algo: AlgoConfig, value_head: nn.Module | None
+) -> torch.Tensor:
+    """Rows to run forward/backward on, sorted by length so micro-batches carry little padding.
+
+    With only the policy-gradient term, a sequence whose advantages are all zero contributes
+    exactly zero gradient, so it is skipped; the loss normalisers still count it (they are the
+    global counts), which keeps the gradient identical to the full computation."""
+    mask = batch.loss_mask
+    assert batch.advantages is not None
+    rows = torch.arange(len(batch))
+    if algo.kl_coef == 0 and algo.entropy_coef == 0 and value_head is None:
+        rows = rows[(batch.advantages * mask != 0).any(dim=1)]
+    lengths = batch.attention_mask[rows].sum(dim=1)
+    return rows[torch.argsort(lengths, stable=True)]
 
 
 def _micro_batch_loss(

@@ -56,6 +56,7 @@ def env_kwargs(cfg: Config) -> dict[str, Any]:
     }
     if cfg.env.name == "search_qa":
         kwargs["corpus_seed"] = cfg.env.seed
+        kwargs["topk"] = cfg.env.topk
     return kwargs
 
 
@@ -249,10 +250,10 @@ def run_dir(cfg: Config) -> Path:
 def train(cfg: Config) -> dict[str, Any]:
     """Run a recipe end to end; returns (and writes) the summary."""
     wall_start = time.time()
+    setup = build(cfg)  # fails on a missing model before anything is written
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-    setup = build(cfg)
     optimizer = make_optimizer(setup)
     extra = {"value_head": setup.value_head} if setup.value_head is not None else None
     state: dict[str, Any] = {"step": 0, "evals": {}}

@@ -1,0 +1,97 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from agentic_rl.checkpoint import latest_checkpoint
+from agentic_rl.config import load_config
+from agentic_rl.logging import read_metrics
+from agentic_rl.trainer import train
+
+TINY = [
+    "model.name=tiny",
+    "algo.entropy_coef=0.01",  # random-token episodes all score alike: keep updates non-trivial
+    "trainer.progress=false",
+]
+
+
+def tiny_cfg(out: Path, steps: int, *extra: str):
+    return load_config(
+        None, [*TINY, f"trainer.out_dir={out}", "trainer.run_name=run", f"trainer.steps={steps}",
+               *extra], smoke=True,
+    )
+
+
+def final_weights(run: Path):
+    return load_file(str(latest_checkpoint(run) / "model.safetensors"))
+
+
+def metric_rows(run: Path):
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if "train/reward" in r]
+    return {r["step"]: {k: v for k, v in r.items() if "seconds" not in k and k != "time"
+                        and "tokens_per_s" not in k} for r in rows}
+
+
+def test_smoke_run_writes_everything(tmp_path):
+    summary = train(tiny_cfg(tmp_path, 2))
+    run = tmp_path / "run"
+    for key in ("recipe", "before", "after", "eval_tasks", "wall_seconds", "warm_start"):
+        assert key in summary
+    assert {"success", "tool_calls_per_episode"} <= set(summary["after"])
+    assert json.loads((run / "summary.json").read_text()) == summary
+    rows = metric_rows(run)
+    assert sorted(rows) == [1, 2]
+    for key in ("reward", "success", "zero_variance_groups", "clip_frac", "kl", "entropy",
+                "response_tokens", "turns", "tool_calls_per_episode",
+                "invalid_actions_per_episode", "tokens_per_s"):
+        assert any(f"train/{key}" in r for r in read_metrics(run / "metrics.jsonl")), key
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert latest_checkpoint(run).name == "step_000002"
+
+
+def test_resume_reproduces_an_uninterrupted_run(tmp_path):
+    train(tiny_cfg(tmp_path / "a", 4))
+    train(tiny_cfg(tmp_path / "b", 2))
+    train(tiny_cfg(tmp_path / "b", 4))  # resumes from step 2
+    wa, wb = final_weights(tmp_path / "a" / "run"), final_weights(tmp_path / "b" / "run")
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert (wa[key] == wb[key]).all(), key
+    ra, rb = metric_rows(tmp_path / "a" / "run"), metric_rows(tmp_path / "b" / "run")
+    assert sorted(rb) == [1, 2, 3, 4]  # no duplicated steps after the resume
+    assert ra == rb
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_loses_at_most_the_current_step(tmp_path):
+    args = [a for a in TINY] + [f"trainer.out_dir={tmp_path / 'k'}", "trainer.run_name=run",
+                                "trainer.steps=6"]
+    cmd = [sys.executable, "-m", "agentic_rl.cli", "train", "--smoke", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    run = tmp_path / "k" / "run"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        ckpt = latest_checkpoint(run) if run.exists() else None
+        if ckpt is not None and ckpt.name >= "step_000003":
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = latest_checkpoint(run).name
+    assert killed_at < "step_000006"
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming from" in done.stdout
+    train(tiny_cfg(tmp_path / "ref", 6))
+    wa, wb = final_weights(tmp_path / "ref" / "run"), final_weights(run)
+    for key in wa:
+        assert (wa[key] == wb[key]).all(), key
+    assert sorted(metric_rows(run)) == [1, 2, 3, 4, 5, 6]
