@@ -31,8 +31,24 @@ def test_chunked_logprobs_match_full_logits(tiny, chunk):
     want = reference_logprobs(tiny, ids, attn)
     torch.testing.assert_close(got[:, :8], want[:, :8], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[:2], want[:2], atol=1e-5, rtol=1e-5)
-    assert (entropy[:, 1:] > 0).all()
-    assert (entropy[:, 1:] <= torch.log(torch.tensor(float(tiny.config.vocab_size))) + 1e-4).all()
+    valid = attn.bool().clone()
+    valid[:, 0] = False
+    assert (entropy[valid] > 0).all()
+    assert (entropy[valid] <= torch.log(torch.tensor(float(tiny.config.vocab_size))) + 1e-4).all()
+    assert (got[~valid] == 0).all() and (entropy[~valid] == 0).all()
+
+
+def test_positions_restrict_the_vocabulary_projection(tiny):
+    torch.manual_seed(2)
+    ids = torch.randint(0, 1000, (2, 10))
+    attn = torch.ones_like(ids)
+    wanted = torch.zeros_like(ids, dtype=torch.bool)
+    wanted[0, 4:7] = True
+    wanted[1, 9] = True
+    full, _, _ = token_logprobs(tiny, ids, attn)
+    part, _, _ = token_logprobs(tiny, ids, attn, positions=wanted)
+    torch.testing.assert_close(part[wanted], full[wanted], atol=1e-6, rtol=0)
+    assert (part[~wanted] == 0).all()
 
 
 def test_chunked_gradients_match_full_logits(tiny):

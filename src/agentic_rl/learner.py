@@ -120,7 +120,8 @@ def forward_no_grad(
     for start in range(0, len(batch), micro):
         mb = batch.select(slice(start, start + micro))
         lp, _, hidden = token_logprobs(
-            model, mb.input_ids, mb.attention_mask, chunk, return_hidden=value_head is not None
+            model, mb.input_ids, mb.attention_mask, chunk, return_hidden=value_head is not None,
+            positions=mb.loss_mask > 0,
         )
         lps.append(lp * mb.loss_mask)
         if value_head is not None and hidden is not None:
@@ -213,6 +214,7 @@ def _micro_batch_loss(
         cfg.model.logprob_chunk_size,
         with_entropy=True,
         return_hidden=value_head is not None,
+        positions=mask > 0,
     )
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
     # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.

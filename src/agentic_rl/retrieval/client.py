@@ -235,7 +235,7 @@ class SearchClientTool:
         """Scored results per query; cache hits are served locally, misses in one request."""
         k = topk or self.topk
         results: list[list[dict[str, Any]] | None] = [
-            self.cache.get(q, k) if self.cache else None for q in queries
+            self.cache.get(q, k) if self.cache is not None else None for q in queries
         ]
         missing = [q for q, r in zip(queries, results, strict=True) if r is None]
         if missing and self.cache_mode == "replay":
@@ -248,7 +248,7 @@ class SearchClientTool:
             unique = list(dict.fromkeys(missing))  # a repeated query is fetched once
             answers = dict(zip(unique, self.client.retrieve(unique, k), strict=True))
             for query, answer in answers.items():
-                if self.cache:
+                if self.cache is not None:
                     self.cache.put(query, k, answer)
             results = [
                 answers[q] if r is None else r for q, r in zip(queries, results, strict=True)

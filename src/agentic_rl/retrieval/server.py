@@ -13,8 +13,8 @@ accepting requests; concurrent requests with the same topk can be merged into on
 retrieval call (`batch_wait_ms` > 0), which is what makes dense retrieval fast under load.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI must resolve the `Request` annotation of
+# the handlers at runtime, and that class is imported inside create_app to keep imports lazy.
 import asyncio
 import json
 import socket
@@ -113,7 +113,9 @@ class MicroBatcher:
     async def submit(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
         from starlette.concurrency import run_in_threadpool
 
-        if self.max_wait_s <= 0 or not queries:
+        if not queries:
+            return []
+        if self.max_wait_s <= 0:
             return await run_in_threadpool(self.retriever.retrieve, queries, topk)
         loop = asyncio.get_running_loop()
         batch = self._pending.get(topk)
@@ -223,7 +225,7 @@ class BackgroundServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout_s: float = 10.0) -> BackgroundServer:
+    def start(self, timeout_s: float = 10.0) -> "BackgroundServer":
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.thread.is_alive():
@@ -237,7 +239,7 @@ class BackgroundServer:
         self.thread.join(timeout=10)
         self.sock.close()
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> "BackgroundServer":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,11 +9,13 @@ its outcome recorded; where the kernel refuses one, a weaker fallback is used an
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import os
 import resource
+import shutil
 import signal
 import sys
 import time
@@ -84,10 +86,8 @@ def close_fds_from(low: int) -> None:
         pass
     for name in os.listdir("/proc/self/fd"):
         if int(name) >= low:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(int(name))
-            except OSError:
-                pass
 
 
 # -- the worker's one-time setup -------------------------------------------------------------
@@ -158,21 +158,26 @@ def _remount_readonly() -> list[str]:
     return failed
 
 
-def setup_worker(base_dir: str, disk_mb: int, extra_paths: list[str]) -> dict[str, Any]:
+def setup_worker(
+    base_dir: str, disk_mb: int, extra_paths: list[str], namespaces: bool = True
+) -> dict[str, Any]:
     """Once per worker, as early as possible: network and mount namespaces, a read-only view of
-    the file system with a private tmpfs at `base_dir`. Returns what took effect."""
-    info: dict[str, Any] = {"root": os.geteuid() == 0}
-    try:
-        unshare(CLONE_NEWNET)  # a fresh namespace has only a loopback, and it is down
-        info["netns"] = True
-    except OSError as exc:
-        info["netns"], info["netns_error"] = False, str(exc)
+    the file system with a private tmpfs at `base_dir`. Returns what took effect.
+    `namespaces=False` skips both namespaces (to exercise the fallbacks)."""
+    info: dict[str, Any] = {"root": os.geteuid() == 0, "netns": False, "private_shm": False}
     try:
         prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphaned grandchildren come to us to be reaped
         info["subreaper"] = True
     except OSError:
         info["subreaper"] = False
     info.update(mountns=False, readonly_fs=False, hidden_dirs=[])
+    if not namespaces:
+        return info
+    try:
+        unshare(CLONE_NEWNET)  # a fresh namespace has only a loopback, and it is down
+        info["netns"] = True
+    except OSError as exc:
+        info["netns_error"] = str(exc)
     try:
         unshare(CLONE_NEWNS)
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
@@ -187,6 +192,11 @@ def setup_worker(base_dir: str, disk_mb: int, extra_paths: list[str]) -> dict[st
     failed = _remount_readonly()
     info["readonly_fs"] = "/" not in failed
     info["readonly_failed"] = failed
+    try:  # a private, wiped /dev/shm: multiprocessing's semaphores live there
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=16m")
+        info["private_shm"] = True
+    except OSError:
+        info["private_shm"] = False
     options = f"size={int(disk_mb)}m,mode=0711,nr_inodes={max(1024, int(disk_mb) * 64)}"
     try:
         mount("tmpfs", base_dir, "tmpfs", MS_NOSUID | MS_NODEV, options)
@@ -249,14 +259,8 @@ def drop_privileges(uid: int) -> None:
 
 def no_new_privs() -> None:
     """Setuid binaries cannot raise the child's privileges after this."""
-    try:
+    with contextlib.suppress(OSError):
         prctl(PR_SET_NO_NEW_PRIVS, 1)
-    except OSError:
-        pass
-
-
-class _BlockedSocketError(PermissionError):
-    pass
 
 
 def block_sockets() -> None:
@@ -267,7 +271,7 @@ def block_sockets() -> None:
     import socket
 
     def deny(*_args: Any, **_kwargs: Any) -> Any:
-        raise _BlockedSocketError(errno.EACCES, "network access is disabled in this sandbox")
+        raise PermissionError(errno.EACCES, "network access is disabled in this sandbox")
 
     class BlockedSocket(socket.socket):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -318,18 +322,25 @@ def kill_descendants(group: int) -> None:
     """Unprivileged sweep: kill the child's process group and every process reparented to us
     (we are a subreaper). Processes that escaped both can survive: a documented weakness."""
     for _ in range(3):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(group, signal.SIGKILL)
-        except OSError:
-            pass
         children = _children_of(os.getpid())
         for pid in children:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         if not children:
             return
+
+
+def wipe_dir(path: str) -> None:
+    """Delete everything inside `path` (the private /dev/shm after each execution)."""
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(full)
 
 
 def reap(deadline_s: float = 0.5) -> None:

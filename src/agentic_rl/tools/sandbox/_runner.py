@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import io
 import json
 import linecache
@@ -87,15 +88,11 @@ def setup_streams() -> None:
 def finish(ok: bool, error: str, owner_pid: int) -> None:
     """Report and exit without running atexit hooks or flushing the worker's objects."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
     if os.getpid() == owner_pid:  # a fork made by the user's code must not report twice
-        try:
+        with contextlib.suppress(OSError):
             os.write(STATUS_FD, json.dumps({"ok": ok, "error": error}).encode())
-        except OSError:
-            pass
     os._exit(0 if ok else 1)
 
 

@@ -60,6 +60,8 @@ class SandboxLimits:
     """First uid of the range the children run as when the pool is root."""
     uid_count: int = 1000
     """Size of that uid range (one uid per live worker across all pools on the machine)."""
+    namespaces: bool = True
+    """Use network and mount namespaces where permitted; False forces the weaker fallbacks."""
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     """Modules each warm worker imports before forking children (e.g. add "sympy", "numpy")."""
 
@@ -131,6 +133,11 @@ class ExecutionResult:
     def rejected(cls, error: str) -> ExecutionResult:
         """A result for code that was refused before running."""
         return cls(
-            stdout="", stderr="", ok=False, error=error, timed_out=False, exit_code=None,
+            stdout="",
+            stderr="",
+            ok=False,
+            error=error,
+            timed_out=False,
+            exit_code=None,
             duration_s=0.0,
         )

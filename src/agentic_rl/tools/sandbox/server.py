@@ -1,0 +1,243 @@
+"""The sandbox pool as an HTTP service (for rollout workers on other machines or Ray actors).
+
+    POST /run {"code": str, "timeout_s": float (optional)} -> ExecutionResult as JSON
+    GET /health -> {"status": "ok", "workers", "executions", "restarts", "isolation"}
+
+Malformed requests get a 4xx with {"detail": message}: 400 for a body that is not JSON, 413 for
+one over the size limit, 422 for wrong fields. Code over `max_code_chars` is not malformed: it
+gets a 200 with a rejected ExecutionResult, exactly what `SandboxPool.run` returns in-process.
+FastAPI + uvicorn serve it where installed; otherwise the standard library's
+ThreadingHTTPServer does (same API, fewer connections per second).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
+
+
+class RequestError(ValueError):
+    """A malformed request; `status` is the HTTP code to answer with."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def max_body_bytes(limits: SandboxLimits) -> int:
+    # JSON may spell a character as \uXXXX (6 bytes) or a surrogate pair (12).
+    return 12 * limits.max_code_chars + 4096
+
+
+def parse_run_request(raw: bytes, limits: SandboxLimits) -> tuple[str, float | None]:
+    """Validate a /run body; returns (code, timeout_s or None) or raises RequestError."""
+    if len(raw) > max_body_bytes(limits):
+        raise RequestError(f"body larger than {max_body_bytes(limits)} bytes", status=413)
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError("body is not valid JSON", status=400) from None
+    if not isinstance(body, dict):
+        raise RequestError("body must be a JSON object with 'code'")
+    unknown = sorted(set(body) - {"code", "timeout_s"})
+    if unknown:
+        raise RequestError(f"unknown field(s): {', '.join(unknown)}; expected code, timeout_s")
+    code = body.get("code")
+    if not isinstance(code, str):
+        raise RequestError("'code' is required and must be a string")
+    timeout = body.get("timeout_s")
+    if timeout is None:
+        return code, None
+    number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+    if not (number and math.isfinite(timeout) and 0 < timeout <= limits.max_timeout_s):
+        raise RequestError(f"'timeout_s' must be a number in (0, {limits.max_timeout_s:g}]")
+    return code, float(timeout)
+
+
+def handle_run(pool: SandboxPool, raw: bytes) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) for one /run request: the logic both backends share."""
+    try:
+        code, timeout = parse_run_request(raw, pool.limits)
+    except RequestError as err:
+        return err.status, {"detail": str(err)}
+    return 200, pool.run(code, timeout).to_dict()
+
+
+def create_app(pool: SandboxPool) -> Any:
+    """The FastAPI app serving `pool`."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    app = FastAPI(title="agentic-rl sandbox", description="Run Python in an isolated sandbox")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return pool.health()
+
+    async def run(request):  # type: ignore[no-untyped-def]
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_body_bytes(pool.limits):
+            return JSONResponse({"detail": "body too large"}, status_code=413)  # do not read it
+        # pool.run blocks until a worker is free: keep it off the event loop.
+        status, body = await run_in_threadpool(handle_run, pool, await request.body())
+        return JSONResponse(body, status_code=status)
+
+    # This module's annotations are strings (PEP 563) and Request is imported locally, so
+    # FastAPI could not resolve "Request" and would take it for a query parameter.
+    run.__annotations__ = {"request": Request, "return": Any}
+    app.post("/run")(run)
+    return app
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Standard-library backend; `server.pool` is the SandboxPool."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        if self.path.split("?")[0] == "/health":
+            self._reply(200, self.server.pool.health())  # type: ignore[attr-defined]
+        else:
+            self._reply(404, {"detail": "not found; use POST /run or GET /health"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        pool: SandboxPool = self.server.pool  # type: ignore[attr-defined]
+        if self.path.split("?")[0] != "/run":
+            self._reply(404, {"detail": "not found; use POST /run or GET /health"})
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            self._reply(411, {"detail": "Content-Length is required"})
+            return
+        if int(length) > max_body_bytes(pool.limits):
+            self.close_connection = True  # the unread body would be parsed as a request
+            self._reply(413, {"detail": "body too large"})
+            return
+        self._reply(*handle_run(pool, self.rfile.read(int(length))))
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # one line per request would drown the training logs
+
+
+class SandboxServer:
+    """Serve a pool over HTTP from a background thread; `url` is e.g. http://127.0.0.1:8765.
+
+    Use as a context manager. `backend` is "fastapi", "stdlib" or "auto" (FastAPI + uvicorn
+    where both import). The pool is not closed by `stop` (the caller owns it).
+    """
+
+    def __init__(
+        self, pool: SandboxPool, host: str = "127.0.0.1", port: int = 0, backend: str = "auto"
+    ) -> None:
+        self.pool = pool
+        self.backend = resolve_backend(backend)
+        self._thread: threading.Thread | None = None
+        if self.backend == "fastapi":
+            import uvicorn
+
+            self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self.host, self.port = self._sock.getsockname()[:2]
+            config = uvicorn.Config(
+                create_app(pool), log_level="warning", access_log=False, lifespan="off"
+            )
+            self._uvicorn = uvicorn.Server(config)
+        else:
+            self._http = ThreadingHTTPServer((host, port), _Handler)
+            self._http.daemon_threads = True
+            self._http.pool = pool  # type: ignore[attr-defined]
+            self.host, self.port = self._http.server_address[:2]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in str(self.host) else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> SandboxServer:
+        if self.backend == "stdlib":
+            self._thread = threading.Thread(
+                target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            )
+            self._thread.start()
+            return self
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._thread.is_alive():
+            if self._uvicorn.started:
+                return self
+            time.sleep(0.01)
+        raise RuntimeError(f"uvicorn did not start on {self.url} within {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.backend == "stdlib":
+            self._http.shutdown()
+            self._http.server_close()
+        else:
+            self._uvicorn.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._sock.close()
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def resolve_backend(backend: str) -> str:
+    """Pick the backend: for "auto", FastAPI where fastapi and uvicorn import, else stdlib."""
+    if backend not in ("auto", "fastapi", "stdlib"):
+        raise ValueError(f"unknown backend {backend!r}; use auto, fastapi or stdlib")
+    if backend != "auto":
+        return backend
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return "stdlib"
+    return "fastapi"
+
+
+def serve_sandbox(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    pool_size: int = 4,
+    limits: SandboxLimits | None = None,
+    backend: str = "auto",
+) -> None:
+    """Start a pool and serve it until interrupted (blocks)."""
+    with SandboxPool(pool_size, limits) as pool:
+        server = SandboxServer(pool, host, port, backend)
+        checks = ", ".join(k for k, v in pool.isolation.items() if v is True)
+        print(f"sandbox: {pool_size} workers ({checks}) on {server.url} [{server.backend}]")
+        server.start()
+        try:
+            while server._thread is not None and server._thread.is_alive():
+                server._thread.join(timeout=1.0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
