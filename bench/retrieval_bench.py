@@ -63,15 +63,18 @@ def descriptive_queries(num_entities: int) -> list[Query]:
     return out
 
 
-def evaluate(retriever: Any, queries: list[Query], batch: int = 32) -> dict[str, float]:
-    """recall@1/3/10 and queries/s (batches of `batch`, after a warm-up call)."""
+def evaluate(retriever: Any, queries: list[Query], repeats: int, batch: int = 32) -> dict[str, Any]:
+    """recall@1/3/10 and queries/s: batches of `batch`, after a warm-up call, best of `repeats`
+    passes (the machine is shared, so the best pass is the least disturbed one)."""
     retriever.retrieve([queries[0][0]], 10)  # loads the model; not timed
     texts = [q for q, _ in queries]
-    start = time.perf_counter()
-    rows = []
-    for i in range(0, len(texts), batch):
-        rows.extend(retriever.retrieve(texts[i : i + batch], 10))
-    elapsed = time.perf_counter() - start
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        rows = []
+        for i in range(0, len(texts), batch):
+            rows.extend(retriever.retrieve(texts[i : i + batch], 10))
+        best = min(best, time.perf_counter() - start)
     ranks = []
     for (_, support), row in zip(queries, rows, strict=True):
         ids = [item["document"]["id"] for item in row]
@@ -82,7 +85,7 @@ def evaluate(retriever: Any, queries: list[Query], batch: int = 32) -> dict[str,
         "recall@1": float((ranks_a < 1).mean()),
         "recall@3": float((ranks_a < 3).mean()),
         "recall@10": float((ranks_a < 10).mean()),
-        "qps": len(queries) / elapsed,
+        "qps": len(queries) / best,
     }
 
 
@@ -190,7 +193,8 @@ def markdown(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-entities", type=int, default=500)
-    parser.add_argument("--questions", type=int, default=300, help="eval questions to ask")
+    parser.add_argument("--questions", type=int, default=200, help="eval questions to ask")
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes per retriever")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=50, help="requests per client")
     parser.add_argument("--rerank-candidates", type=int, default=20)
@@ -238,7 +242,11 @@ def main() -> None:
         share_embedder(retriever, embedder)
         for set_name, queries in query_sets.items():
             retrieval.append(
-                {"retriever": name, "query_set": set_name, **evaluate(retriever, queries)}
+                {
+                    "retriever": name,
+                    "query_set": set_name,
+                    **evaluate(retriever, queries, args.repeats),
+                }
             )
             print(f"{name:32s} {set_name:12s} {retrieval[-1]}", flush=True)
 

@@ -10,14 +10,27 @@ from agentic_rl.types import Trajectory
 
 def traj(ids, mask, reward, group, turns=None, steps=None, lp=None):
     return Trajectory(
-        token_ids=ids, loss_mask=mask, logprobs=lp or [0.0] * len(ids), prompt_length=2,
-        turn_spans=turns or [], step_rewards=steps or [], reward=reward, group_id=group,
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=lp or [0.0] * len(ids),
+        prompt_length=2,
+        turn_spans=turns or [],
+        step_rewards=steps or [],
+        reward=reward,
+        group_id=group,
     )
 
 
 def test_collate_aligns_tokens_masks_and_step_rewards():
-    a = traj([5, 6, 7, 8, 9], [0, 0, 1, 0, 1], 1.0, "g", turns=[(2, 3), (4, 5)], steps=[0.2, 0.8],
-             lp=[0, 0, -0.5, 0, -0.25])
+    a = traj(
+        [5, 6, 7, 8, 9],
+        [0, 0, 1, 0, 1],
+        1.0,
+        "g",
+        turns=[(2, 3), (4, 5)],
+        steps=[0.2, 0.8],
+        lp=[0, 0, -0.5, 0, -0.25],
+    )
     b = traj([5, 6, 7], [0, 0, 1], 0.0, "h", turns=[(2, 3)], steps=[0.0])
     batch = collate([a, b], pad_token_id=0)
     assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]
@@ -60,8 +73,15 @@ def test_update_is_invariant_to_micro_batch_size(tiny, tokenizer, agg):
     trajs = random_batch(tokenizer)
     results = []
     for micro in (8, 1):
-        cfg = load_config(None, [f"optim.micro_batch_size={micro}", f"algo.loss_agg={agg}",
-                                 "model.name=tiny", "algo.entropy_coef=0.01"])
+        cfg = load_config(
+            None,
+            [
+                f"optim.micro_batch_size={micro}",
+                f"algo.loss_agg={agg}",
+                "model.name=tiny",
+                "algo.entropy_coef=0.01",
+            ],
+        )
         model = copy.deepcopy(tiny)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         batch = collate(trajs, 0)

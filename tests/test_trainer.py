@@ -23,8 +23,9 @@ TINY = [
 
 def tiny_cfg(out: Path, steps: int, *extra: str):
     return load_config(
-        None, [*TINY, f"trainer.out_dir={out}", "trainer.run_name=run", f"trainer.steps={steps}",
-               *extra], smoke=True,
+        None,
+        [*TINY, f"trainer.out_dir={out}", "trainer.run_name=run", f"trainer.steps={steps}", *extra],
+        smoke=True,
     )
 
 
@@ -34,8 +35,14 @@ def final_weights(run: Path):
 
 def metric_rows(run: Path):
     rows = [r for r in read_metrics(run / "metrics.jsonl") if "train/reward" in r]
-    return {r["step"]: {k: v for k, v in r.items() if "seconds" not in k and k != "time"
-                        and "tokens_per_s" not in k} for r in rows}
+    return {
+        r["step"]: {
+            k: v
+            for k, v in r.items()
+            if "seconds" not in k and k != "time" and "tokens_per_s" not in k
+        }
+        for r in rows
+    }
 
 
 def test_smoke_run_writes_everything(tmp_path):
@@ -47,9 +54,19 @@ def test_smoke_run_writes_everything(tmp_path):
     assert json.loads((run / "summary.json").read_text()) == summary
     rows = metric_rows(run)
     assert sorted(rows) == [1, 2]
-    for key in ("reward", "success", "zero_variance_groups", "clip_frac", "kl", "entropy",
-                "response_tokens", "turns", "tool_calls_per_episode",
-                "invalid_actions_per_episode", "tokens_per_s"):
+    for key in (
+        "reward",
+        "success",
+        "zero_variance_groups",
+        "clip_frac",
+        "kl",
+        "entropy",
+        "response_tokens",
+        "turns",
+        "tool_calls_per_episode",
+        "invalid_actions_per_episode",
+        "tokens_per_s",
+    ):
         assert any(f"train/{key}" in r for r in read_metrics(run / "metrics.jsonl")), key
     assert list((run / "tb").glob("events.out.tfevents.*"))
     assert latest_checkpoint(run).name == "step_000002"
@@ -70,8 +87,11 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_mid_run_loses_at_most_the_current_step(tmp_path):
-    args = [a for a in TINY] + [f"trainer.out_dir={tmp_path / 'k'}", "trainer.run_name=run",
-                                "trainer.steps=6"]
+    args = [a for a in TINY] + [
+        f"trainer.out_dir={tmp_path / 'k'}",
+        "trainer.run_name=run",
+        "trainer.steps=6",
+    ]
     cmd = [sys.executable, "-m", "agentic_rl.cli", "train", "--smoke", *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)

@@ -120,7 +120,11 @@ def forward_no_grad(
     for start in range(0, len(batch), micro):
         mb = batch.select(slice(start, start + micro))
         lp, _, hidden = token_logprobs(
-            model, mb.input_ids, mb.attention_mask, chunk, return_hidden=value_head is not None,
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            chunk,
+            return_hidden=value_head is not None,
             positions=mb.loss_mask > 0,
         )
         lps.append(lp * mb.loss_mask)

@@ -207,7 +207,9 @@ def token_logprobs(
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     weight = model.get_output_embeddings().weight
     batch, length = input_ids.shape
-    wanted = attention_mask.bool() if positions is None else positions.bool() & attention_mask.bool()
+    wanted = (
+        attention_mask.bool() if positions is None else positions.bool() & attention_mask.bool()
+    )
     wanted = wanted.clone()
     wanted[:, 0] = False  # nothing predicts the first token
     rows, cols = wanted.nonzero(as_tuple=True)

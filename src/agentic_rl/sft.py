@@ -55,7 +55,10 @@ def train_sft(
                 [trajectories[i] for i in order[start : start + batch_size]], pad_token_id
             )
             logprobs, _, _ = token_logprobs(
-                model, batch.input_ids, batch.attention_mask, chunk_size,
+                model,
+                batch.input_ids,
+                batch.attention_mask,
+                chunk_size,
                 positions=batch.loss_mask > 0,
             )
             loss = sft_loss(logprobs, batch.loss_mask)

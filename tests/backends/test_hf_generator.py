@@ -89,3 +89,47 @@ def test_bad_requests(tiny, tokenizer):
         gen.generate([[]], SamplingParams())
     with pytest.raises(ValueError, match="sampling params"):
         gen.generate([[1], [2]], [SamplingParams()])
+
+
+def test_group_prompts_are_prefilled_once(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    p = prompts(tokenizer, 1)[0]
+    outs = gen.generate([p] * 8, SamplingParams(max_new_tokens=4, seed=0))
+    assert gen.prompt_tokens == len(p)  # one prefill for the 8 identical prompts
+    assert len({tuple(c.token_ids) for c in outs}) > 1  # but 8 independent samples
+
+
+def test_next_turn_reuses_the_kv_of_the_previous_one(tiny, tokenizer):
+    """Turn 2 = turn-1 prompt + completion + observation: only the new tokens are prefilled,
+    and the result equals a generator without the cache."""
+    cached, plain = HFGenerator(tiny, tokenizer), HFGenerator(tiny, tokenizer, prefix_cache=False)
+    ps = prompts(tokenizer)
+    greedy = SamplingParams(max_new_tokens=5, temperature=0)
+    first = cached.generate(ps, greedy)
+    assert first == plain.generate(ps, greedy)
+    observation = tokenizer("\n<information>42</information>\n")["input_ids"]
+    turn2 = [p + c.token_ids + observation for p, c in zip(ps, first, strict=True)]
+    before = cached.prompt_tokens
+    second = cached.generate(turn2, greedy)
+    new_tokens = cached.prompt_tokens - before
+    assert new_tokens == sum(1 + len(observation) for _ in ps)  # last sampled token + obs
+    assert cached.reused_tokens == sum(len(p) + len(c.token_ids) - 1 for p, c in zip(ps, first))
+    reference = plain.generate(turn2, greedy)
+    for a, b in zip(second, reference, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+
+
+def test_changed_weights_invalidate_the_kv(tiny, tokenizer):
+    gen = HFGenerator(tiny, tokenizer)
+    ps = prompts(tokenizer, 2)
+    first = gen.generate(ps, SamplingParams(max_new_tokens=3, temperature=0))
+    with torch.no_grad():  # an optimiser step, in place
+        for p in tiny.parameters():
+            p.mul_(1.01)
+    turn2 = [p + c.token_ids + [13] for p, c in zip(ps, first, strict=True)]
+    reused = gen.reused_tokens
+    gen.generate(turn2, SamplingParams(max_new_tokens=2, temperature=0))
+    assert gen.reused_tokens == reused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -138,3 +139,14 @@ def test_load_errors(tmp_path, indexes):
         retriever.retrieve(["x"], 0)
     with pytest.raises(TypeError, match="list of strings"):
         retriever.retrieve("x", 3)  # type: ignore[arg-type]
+
+
+def test_embedder_is_thread_safe(embedder):
+    texts = [f"query number {i} about kettles and engines" for i in range(6)]
+    serial = embedder.encode(texts)
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda _: embedder.encode(texts), range(4)))
+    for result in parallel:
+        np.testing.assert_allclose(result, serial, atol=1e-5)
+    assert np.allclose(np.linalg.norm(serial, axis=1), 1.0, atol=1e-5)
+    assert embedder.encode([]).shape == (0, 384)

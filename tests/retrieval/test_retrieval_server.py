@@ -138,10 +138,15 @@ def test_body_that_is_not_json(server):
     assert post(server, {"queries": []}).json() == {"result": []}
 
 
-def test_body_size_limit():
+def test_body_size_limit(toy_index):
     with pytest.raises(RequestError) as info:
         parse_retrieve_request(b"x" * 100, Limits(max_body_bytes=10))
     assert info.value.status == 413
+    app = create_app(load_index(toy_index), Limits(max_body_bytes=200))
+    with BackgroundServer(app) as running:
+        big = post(running, {"queries": ["kettle " * 40]})
+        assert big.status_code == 413 and "larger than 200 bytes" in big.json()["detail"]
+        assert post(running, {"queries": ["kettle"]}).status_code == 200
 
 
 def test_retrieval_failure_is_500_and_server_survives(toy_index):

@@ -29,6 +29,12 @@ def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def _layered_cache_available() -> bool:
+    from transformers import DynamicCache
+
+    return hasattr(DynamicCache(), "layers")
+
+
 class HFGenerator:
     """`Generator` over a transformers causal LM living in this process.
 
@@ -44,6 +50,7 @@ class HFGenerator:
         tokenizer: Any,
         max_batch_size: int = 64,
         eos_token_ids: Sequence[int] | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -58,9 +65,18 @@ class HFGenerator:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
         self.calls = 0  # generate() calls, for tests that count work
-        self.prompt_tokens = 0  # prompt tokens prefilled, for tests that count work
+        self.prompt_tokens = 0  # prompt tokens run through the model (after reuse)
+        self.reused_tokens = 0  # prompt tokens whose KV came from an earlier turn
+        # Multi-turn contexts only grow, so a turn's KV is kept for the next call; it is
+        # dropped whenever the weights change (`update_weights`) because it would be stale.
+        self.prefix_cache = prefix_cache and _layered_cache_available()
+        self._kv_store: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._kv_weights = self._weights_version()
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Take new weights (a state dict, or None when the model object is shared with the
+        learner and already updated in place). Either way cached KV is now stale."""
+        self._kv_store = {}
         if state is not None:
             self.model.load_state_dict(dict(state), strict=False)
 
@@ -81,28 +97,26 @@ class HFGenerator:
     def _generate_batch(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
     ) -> list[Completion]:
-        from transformers import DynamicCache
-
         self.calls += 1
         n = len(prompts)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: a prompt needs at least one token")
         was_training = self.model.training
         self.model.eval()
-        device = next(self.model.parameters()).device
+        if self._weights_version() != self._kv_weights:  # weights changed in place: stale KV
+            self._kv_store = {}
         seed = params[0].seed
         gen = torch.Generator(device="cpu")
         gen.manual_seed(seed if seed is not None else torch.seed() % (2**63))
 
-        width = max(len(p) for p in prompts)
-        self.prompt_tokens += sum(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row ends at the same column
-            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-            attn[i, width - len(p) :] = 1
-        ids, attn = ids.to(device), attn.to(device)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        # Identical prompts (the G samples of a group) are prefilled once, then copied.
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        cache, attn, positions, logits = self._prefill(list(unique))
+        expand = torch.tensor(row_of, device=attn.device)
+        cache.batch_select_indices(expand)
+        attn, logits = attn[expand], logits[expand]
+        next_pos = positions[expand]
 
         temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
         top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)
@@ -114,10 +128,7 @@ class HFGenerator:
         logps: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str] = ["length"] * n
         alive = list(range(n))  # row r of the live batch is sequence alive[r]
-        cache = DynamicCache()
-        out = self._forward(ids, attn, positions, cache)
-        logits = out.logits[:, -1, :].float()
-        next_pos = positions[:, -1:] + 1
+        saved: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         while alive:
             rows = torch.tensor(alive)
             logprob_all = torch.log_softmax(logits, dim=-1)
@@ -140,17 +151,24 @@ class HFGenerator:
                     reasons[seq] = "length"
                 else:
                     keep.append(r)
+                    continue
+                if self.prefix_cache and reasons[seq] != "eos":
+                    # The next turn of this episode starts with these tokens: keep their KV.
+                    fed = tuple(prompts[seq]) + tuple(tokens[seq][:-1])
+                    saved[fed] = self._row_kv(cache, attn, r)
             if not keep:
                 break
             if len(keep) < len(alive):  # finished sequences leave the batch
-                idx = torch.tensor(keep, device=device)
+                idx = torch.tensor(keep, device=attn.device)
                 cache.batch_select_indices(idx)
                 attn, next_pos, choice = attn[idx], next_pos[idx], choice[keep]
                 alive = [alive[r] for r in keep]
             attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            out = self._forward(choice.view(-1, 1).to(device), attn, next_pos, cache)
+            out = self._forward(choice.view(-1, 1).to(attn.device), attn, next_pos, cache)
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
+        self._kv_store = saved  # only the latest call's sequences can be continued
+        self._kv_weights = self._weights_version()
         if was_training:
             self.model.train()
         return [
@@ -161,6 +179,74 @@ class HFGenerator:
                 text=self.tokenizer.decode(tokens[i], skip_special_tokens=False),
             )
             for i in range(n)
+        ]
+
+    def _weights_version(self) -> int:
+        """Sum of the parameters' in-place version counters: any optimiser step or weight load
+        changes it, so KV computed under older weights is never reused."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _lookup(self, prompt: tuple[int, ...]) -> tuple[int, list | None]:
+        """The longest stored sequence that is a proper prefix of `prompt`, and its KV."""
+        best: tuple[int, list | None] = (0, None)
+        for fed, kv in self._kv_store.items():
+            if best[0] < len(fed) < len(prompt) and prompt[: len(fed)] == fed:
+                best = (len(fed), kv)
+        return best
+
+    def _prefill(
+        self, prompts: list[tuple[int, ...]]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the prompts through the model, reusing stored KV of earlier turns.
+
+        Row layout (columns of the attention mask): [pad][cached prefix][pad][new suffix]; pads
+        are masked out and position ids are explicit, so rows of any cached / new length batch
+        together. Returns (cache, attention mask, next position [U, 1], last logits [U, V])."""
+        from transformers import DynamicCache
+
+        device = next(self.model.parameters()).device
+        found = [self._lookup(p) if self.prefix_cache else (0, None) for p in prompts]
+        cached = [length for length, _ in found]
+        suffixes = [p[length:] for p, (length, _) in zip(prompts, found, strict=True)]
+        self.prompt_tokens += sum(len(s) for s in suffixes)
+        self.reused_tokens += sum(cached)
+        u, past, width = len(prompts), max(cached), max(len(s) for s in suffixes)
+        cache = DynamicCache()
+        if past:
+            self._load_past(cache, found, past, device)
+        ids = torch.full((u, width), self.pad_token_id, dtype=torch.long, device=device)
+        attn = torch.zeros((u, past + width), dtype=torch.long, device=device)
+        positions = torch.zeros((u, width), dtype=torch.long, device=device)
+        for i, (suffix, length) in enumerate(zip(suffixes, cached, strict=True)):
+            ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            attn[i, past - length : past] = 1
+            attn[i, past + width - len(suffix) :] = 1
+            positions[i, width - len(suffix) :] = torch.arange(length, length + len(suffix))
+        out = self._forward(ids, attn, positions, cache)
+        return cache, attn, positions[:, -1:] + 1, out.logits[:, -1, :].float()
+
+    @staticmethod
+    def _load_past(cache: Any, found: list, past: int, device: torch.device) -> None:
+        """Left-pad each row's stored KV to `past` positions and load them into `cache`."""
+        template = next(kv for _, kv in found if kv is not None)
+        for layer, (k0, v0) in enumerate(template):
+            keys = k0.new_zeros((len(found), k0.shape[0], past, k0.shape[-1]))
+            values = v0.new_zeros((len(found), v0.shape[0], past, v0.shape[-1]))
+            for i, (length, kv) in enumerate(found):
+                if kv is not None:
+                    keys[i, :, past - length :] = kv[layer][0]
+                    values[i, :, past - length :] = kv[layer][1]
+            cache.update(keys.to(device), values.to(device), layer)
+
+    @staticmethod
+    def _row_kv(
+        cache: Any, attn: torch.Tensor, row: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The KV of one live row at its unmasked positions, copied out of the batch cache."""
+        valid = attn[row].bool()
+        return [
+            (layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone())
+            for layer in cache.layers
         ]
 
     def _forward(

@@ -50,6 +50,10 @@ class MiniLMEmbedder:
     _model: Any = field(default=None, init=False, repr=False)
     _tokenizer: Any = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # Fast (Rust) tokenizers raise "Already borrowed" when one instance is called from several
+    # threads at once with padding/truncation, so tokenisation is serialised; the model forward,
+    # where the time goes, runs in parallel.
+    _tokenize_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def load(self) -> None:
         """Load tokenizer and weights now (idempotent); never touches the network."""
@@ -86,13 +90,14 @@ class MiniLMEmbedder:
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                batch = self._tokenizer(
-                    [texts[i] for i in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                )
+                with self._tokenize_lock:
+                    batch = self._tokenizer(
+                        [texts[i] for i in idx],
+                        padding=True,
+                        truncation=True,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
                 hidden = self._model(**batch).last_hidden_state  # [b, T, dim]
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [b, T, 1]
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # [b, dim]

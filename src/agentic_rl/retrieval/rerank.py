@@ -121,14 +121,15 @@ class CrossEncoderReranker:
         with torch.inference_mode():
             for start in range(0, len(pairs), self.batch_size):
                 chunk = pairs[start : start + self.batch_size]
-                batch = self._tokenizer(
-                    [q for q, _ in chunk],
-                    [d for _, d in chunk],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                )
+                with self._lock:  # fast tokenizers are not safe to call from several threads
+                    batch = self._tokenizer(
+                        [q for q, _ in chunk],
+                        [d for _, d in chunk],
+                        padding=True,
+                        truncation=True,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
                 logits = self._model(**batch).logits  # [b, num_labels]
                 scores.extend(logits[:, 0].float().tolist())
         return scores

@@ -176,6 +176,11 @@ def create_app(
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> Any:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limits.max_body_bytes:  # before reading it
+            return JSONResponse(
+                {"detail": f"body larger than {limits.max_body_bytes} bytes"}, status_code=413
+            )
         try:
             queries, topk, return_scores = parse_retrieve_request(await request.body(), limits)
         except RequestError as err:
