@@ -113,7 +113,9 @@ def test_next_turn_reuses_the_kv_of_the_previous_one(tiny, tokenizer):
     second = cached.generate(turn2, greedy)
     new_tokens = cached.prompt_tokens - before
     assert new_tokens == sum(1 + len(observation) for _ in ps)  # last sampled token + obs
-    assert cached.reused_tokens == sum(len(p) + len(c.token_ids) - 1 for p, c in zip(ps, first))
+    assert cached.reused_tokens == sum(
+        len(p) + len(c.token_ids) - 1 for p, c in zip(ps, first, strict=True)
+    )
     reference = plain.generate(turn2, greedy)
     for a, b in zip(second, reference, strict=True):
         assert a.token_ids == b.token_ids
