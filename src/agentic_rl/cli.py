@@ -1,4 +1,4 @@
-"""`agentic-rl` command line: train, eval, check-env, recipes."""
+"""`agentic-rl` command line: train, eval, check-env, recipes, sft, dpo."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentic_rl.config import ConfigError, load_config, recipe_dirs
+from agentic_rl.retrieval.cli import add_index_commands
+from agentic_rl.tools.sandbox.cli import add_sandbox_command
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -59,6 +62,58 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stage_dir(args: argparse.Namespace, cfg: Any, stage: str) -> Path:
+    return Path(args.out) if args.out else Path(cfg.trainer.out_dir) / f"{cfg.recipe}-{stage}"
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from agentic_rl.sft import TrajectoryFormatError, run_sft
+
+    cfg = load_config(args.recipe, args.overrides)
+    out = _stage_dir(args, cfg, "sft")
+    try:
+        summary = run_sft(cfg, args.data, out, save_data=args.save_data)
+    except (TrajectoryFormatError, FileNotFoundError) as err:
+        raise ConfigError(f"--data: {err}") from err
+    print(json.dumps(summary, indent=2))
+    print(f"RL from it: agentic-rl train {cfg.recipe} model.name={summary['model']}")
+    return 0
+
+
+def _cmd_dpo(args: argparse.Namespace) -> int:
+    from agentic_rl.dpo import run_dpo
+    from agentic_rl.sft import TrajectoryFormatError
+
+    cfg = load_config(args.recipe, args.overrides)
+    try:
+        summary = run_dpo(cfg, args.pairs, _stage_dir(args, cfg, "dpo"))
+    except (TrajectoryFormatError, FileNotFoundError) as err:
+        raise ConfigError(f"--pairs: {err}") from err
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _add_stage_commands(sub: Any) -> None:
+    sft = sub.add_parser(
+        "sft", help="supervised fine-tuning on trajectories (only loss-mask-1 tokens)"
+    )
+    sft.add_argument("recipe", help="recipe name or YAML path (model, warm_start settings)")
+    sft.add_argument("overrides", nargs="*", help="dotted overrides, e.g. warm_start.lr=1e-4")
+    sft.add_argument(
+        "--data", help="trajectory JSONL (default: scripted-expert episodes of the recipe's env)"
+    )
+    sft.add_argument("--save-data", help="also write the trajectories trained on as JSONL")
+    sft.add_argument("--out", help="output dir (default: OUT_DIR/RECIPE-sft)")
+    sft.set_defaults(fn=_cmd_sft)
+
+    dpo = sub.add_parser("dpo", help="DPO on trajectory pairs against a frozen reference")
+    dpo.add_argument("recipe", help="recipe name or YAML path (model, dpo settings)")
+    dpo.add_argument("overrides", nargs="*", help="dotted overrides, e.g. dpo.beta=0.1")
+    dpo.add_argument("--pairs", required=True, help='JSONL of {"chosen": ..., "rejected": ...}')
+    dpo.add_argument("--out", help="output dir (default: OUT_DIR/RECIPE-dpo)")
+    dpo.set_defaults(fn=_cmd_dpo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentic-rl", description="Train LLM agents with multi-turn reinforcement learning."
@@ -85,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     recipes = sub.add_parser("recipes", help="list recipes with one line each")
     recipes.set_defaults(fn=_cmd_recipes)
+    _add_stage_commands(sub)
+    add_index_commands(sub)
+    add_sandbox_command(sub)
     return parser
 
 
