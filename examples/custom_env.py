@@ -32,7 +32,11 @@ def lookup(word: str) -> str:
 
 class DictionaryEnv(ToolEnv):
     def __init__(self, format_penalty: float = 0.1, tool_timeout_s: float = 5.0) -> None:
-        schema = {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}
+        schema = {
+            "type": "object",
+            "properties": {"word": {"type": "string"}},
+            "required": ["word"],
+        }
         tool = FunctionTool(lookup, "lookup", "Look a word up.", schema, result_tag="definition")
         super().__init__([tool], format_penalty=format_penalty, tool_timeout_s=tool_timeout_s)
 

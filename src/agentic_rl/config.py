@@ -2,25 +2,62 @@
 
     cfg = load_config("recipes/search_qa_grpo.yaml", ["algo.name=rloo", "trainer.steps=10"])
 
-Everything is validated once, at load: an unknown key, a value of the wrong type or a setting
-that makes no sense for the chosen algorithm raises `ConfigError` naming the key.
+Everything is validated once, at load (`validate`, in config_validate.py): an unknown key, a
+value of the wrong type or a setting that makes no sense for the chosen algorithm raises
+`ConfigError` naming the key. The YAML/override machinery lives in config_parse.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agentic_rl.config_parse import (
+    DEFAULT_RECIPE,
+    ConfigError,
+    build_dataclass,
+    parse_override,
+    recipe_dirs,
+    resolve_recipe,
+    set_dotted,
+)
+from agentic_rl.config_validate import (
+    ADVANTAGE_ESTIMATORS,
+    ANCHORED_ENVS,
+    CHAT_FORMATS,
+    DTYPES,
+    ENV_NAMES,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    ROLLOUT_MODES,
+    validate,
+)
 
-class ConfigError(ValueError):
-    """A recipe or override is invalid; the message names the key."""
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ANCHORED_ENVS",
+    "CHAT_FORMATS",
+    "DEFAULT_RECIPE",
+    "DTYPES",
+    "ENV_NAMES",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "POLICY_LOSSES",
+    "ROLLOUT_MODES",
+    "SMOKE_OVERRIDES",
+    "Config",
+    "ConfigError",
+    "load_config",
+    "parse_override",
+    "recipe_dirs",
+    "resolve_recipe",
+    "validate",
+]
 
 
 @dataclass
@@ -40,7 +77,7 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     name: str = "search_qa"
-    """Environment: "search_qa" or "calculator"."""
+    """Environment: "search_qa", "calculator" or "gridworld" (multi-step, for GiGPO)."""
     num_train_tasks: int = 2000
     """Training tasks generated from `seed` (sampled with replacement per step)."""
     num_eval_tasks: int = 100
@@ -76,13 +113,24 @@ class RolloutConfig:
     (<tool_call>{json}</tool_call>, results in a tool turn)."""
     eval_batch_size: int = 50
     """Episodes decoded together during evaluation."""
+    mode: str = "episode"
+    """"episode": one training sample per episode, the context grows turn by turn. "step"
+    (GiGPO, verl-agent): every env step is its own training sample whose context is the prompt
+    plus the last `history_window` steps, so the context stays flat over long episodes; the
+    step's sampled tokens are its only loss-mask-1 tokens."""
+    history_window: int = 2
+    """Step mode: past steps (model turn + observation) kept in each step's context."""
 
 
 @dataclass
 class AlgoConfig:
     name: str = "grpo"
     """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE
-    with a value head)."""
+    with a value head), gigpo (step-wise; see the `gigpo` section), trr_pp (Absolute Zero's
+    REINFORCE++ with one baseline per task type x role)."""
+    policy_loss: str = "ppo"
+    """"ppo": token-level clipped ratio (clip_low/clip_high, dual_clip). "gspo": GSPO's
+    sequence-level ratio exp(mean_t log pi/pi_old) with its own clip range (gspo_clip_*)."""
     loss_agg: str = "seq-mean-token-mean"
     """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm."""
     clip_low: float = 0.2
@@ -110,6 +158,57 @@ class AlgoConfig:
     epochs: int = 1
     """Optimisation passes over each batch; >1 makes the update off-policy (old logprobs are
     recomputed once before the first pass)."""
+    gspo_clip_low: float = 3e-4
+    """GSPO: sequence-ratio clip below 1 (Zheng et al. 2025 use 3e-4)."""
+    gspo_clip_high: float = 4e-4
+    """GSPO: sequence-ratio clip above 1 (Zheng et al. 2025 use 4e-4)."""
+    trr_type_field: str = "task_type"
+    """TRR++: the Task.fields key holding the task type (e.g. "template" for calculator)."""
+    trr_role_field: str = "role"
+    """TRR++: the Task.fields key holding the role (propose / solve); "" = a single role."""
+
+
+@dataclass
+class GigpoConfig:
+    """GiGPO (Feng et al. 2025): A = A_episode + omega * A_step over anchor-state groups."""
+
+    omega: float = 1.0
+    """Weight of the step-level advantage."""
+    gamma: float = 0.95
+    """Discount of the step returns R_t = sum_k gamma^(k-t) r_k."""
+    norm: str = "mean_std_norm"
+    """"mean_std_norm" (divide by the group std) or "mean_norm" (only subtract the mean)."""
+    similarity_threshold: float = 1.0
+    """Anchors join a step group when difflib's ratio to its first member is >= this; 1.0 =
+    identical anchors only (verl-agent's similarity variant uses 0.95)."""
+
+
+@dataclass
+class FilterConfig:
+    """Batch filters between rollout and advantages (DAPO, RoC, StarPO-S, TTRL)."""
+
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and generate more until the batch holds
+    rollout.tasks_per_step groups."""
+    max_gen_batches: int = 10
+    """Dynamic sampling: rollout batches per step before giving up with an error."""
+    overlong_filter: bool = False
+    """DAPO: truncated episodes (a token or turn budget cut them) get loss mask 0."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong penalty: reward += 0 up to max_total_tokens - buffer response tokens,
+    then linearly down to -1 at max_total_tokens; 0 disables it."""
+    variance_filter_keep: float = 1.0
+    """StarPO-S (RAGEN): keep this fraction of groups, highest reward std first; 1.0 = off."""
+    roc: bool = False
+    """GRPO-RoC (rStar2-Agent): sample roc_oversample x G per task, drop equal-reward groups,
+    keep G with class proportions, cleanest positives (tool errors, answer format) first."""
+    roc_oversample: int = 2
+    """RoC: samples per task = roc_oversample x rollout.group_size."""
+    roc_min_per_class: int = 2
+    """RoC: positives and negatives each keep at least this many (when available)."""
+    ttrl_vote_samples: int = 0
+    """TTRL: sample this many answers per task (N), take the majority answer as the label,
+    reward 1 for agreeing with it, train on the first rollout.group_size (M); 0 = off."""
 
 
 @dataclass
@@ -140,6 +239,20 @@ class WarmStartConfig:
     """Learning rate of the warm start."""
     batch_size: int = 8
     """Episodes per warm-start optimiser step."""
+
+
+@dataclass
+class DPOConfig:
+    """`agentic-rl dpo`: preference training on trajectory pairs (Rafailov et al. 2023)."""
+
+    beta: float = 0.1
+    """Strength of the implicit KL to the reference: loss = -log sigmoid(beta * margin)."""
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    epochs: int = 1
+    """Passes over the pairs."""
+    batch_size: int = 4
+    """Pairs per optimiser step."""
 
 
 @dataclass
@@ -180,20 +293,16 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    gigpo: GigpoConfig = field(default_factory=GigpoConfig)
+    filters: FilterConfig = field(default_factory=FilterConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-
-ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-ENV_NAMES = ("search_qa", "calculator")
-CHAT_FORMATS = ("tags", "hermes")
-DTYPES = ("float32", "bfloat16")
 
 # --smoke: a few tiny steps that exercise every stage of the recipe, for tests and quick checks.
 SMOKE_OVERRIDES = [
@@ -212,115 +321,6 @@ SMOKE_OVERRIDES = [
 ]
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check (and mildly coerce, int -> float) a YAML value against a field's annotation."""
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return _build(tp, value, key + ".")
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{key}: {value!r} is not a valid {tp}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    return value
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    hints = _field_types(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        raise ConfigError(
-            f"unknown config key '{prefix}{unknown[0]}' (valid keys here: {', '.join(names)})"
-        )
-    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override '{dotted}': '{part}' is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """`algo.clip_high=0.28` -> ("algo.clip_high", 0.28); the value is parsed as YAML."""
-    if "=" not in text:
-        raise ConfigError(f"override '{text}' must look like section.key=value")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"override '{text}' has an empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override '{text}': cannot parse value: {err}") from err
-    return key, value
-
-
-def recipe_dirs() -> list[Path]:
-    """Where recipe names are looked up: $AGENTIC_RL_RECIPES, ./recipes, the project's recipes/."""
-    dirs = []
-    if os.environ.get("AGENTIC_RL_RECIPES"):
-        dirs.append(Path(os.environ["AGENTIC_RL_RECIPES"]))
-    dirs.append(Path.cwd() / "recipes")
-    dirs.append(Path(__file__).resolve().parents[2] / "recipes")
-    return dirs
-
-
-DEFAULT_RECIPE = "search_qa_grpo"
-
-
-def resolve_recipe(name_or_path: str | None) -> Path:
-    """A recipe file path, or a recipe name looked up in `recipe_dirs()`."""
-    name = name_or_path or DEFAULT_RECIPE
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise ConfigError(f"recipe file not found: {path}")
-        return path
-    for folder in recipe_dirs():
-        candidate = folder / f"{name}.yaml"
-        if candidate.is_file():
-            return candidate
-    known = sorted({p.stem for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise ConfigError(f"unknown recipe '{name}' (known: {', '.join(known) or 'none found'})")
-
-
 def load_config(
     recipe: str | Path | None = None, overrides: list[str] | None = None, smoke: bool = False
 ) -> Config:
@@ -335,100 +335,9 @@ def load_config(
     data.setdefault("recipe", path.stem)
     for text in (SMOKE_OVERRIDES if smoke else []) + list(overrides or []):
         key, value = parse_override(text)
-        _set_dotted(data, key, value)
-    cfg = _build(Config, data)
+        set_dotted(data, key, value)
+    cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
     validate(cfg)
     return cfg
-
-
-def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(choices)}")
-
-
-def _check_positive(cfg: Config, keys: list[str], allow_zero: bool = False) -> None:
-    for key in keys:
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def validate(cfg: Config) -> None:
-    """Reject values that are invalid or would silently do nothing."""
-    _check_choice("algo.name", cfg.algo.name, ADVANTAGE_ESTIMATORS)
-    _check_choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGGREGATIONS)
-    _check_choice("algo.kl_estimator", cfg.algo.kl_estimator, KL_ESTIMATORS)
-    _check_choice("env.name", cfg.env.name, ENV_NAMES)
-    _check_choice("rollout.chat_format", cfg.rollout.chat_format, CHAT_FORMATS)
-    _check_choice("model.dtype", cfg.model.dtype, DTYPES)
-    _check_positive(
-        cfg,
-        [
-            "rollout.tasks_per_step",
-            "rollout.group_size",
-            "rollout.max_turns",
-            "rollout.max_tokens_per_turn",
-            "rollout.max_total_tokens",
-            "rollout.eval_batch_size",
-            "optim.micro_batch_size",
-            "model.logprob_chunk_size",
-            "algo.epochs",
-            "env.num_eval_tasks",
-            "env.num_train_tasks",
-            "env.topk",
-            "warm_start.epochs",
-            "warm_start.batch_size",
-        ],
-    )
-    _check_positive(
-        cfg,
-        [
-            "trainer.steps",
-            "trainer.eval_every",
-            "trainer.save_every",
-            "trainer.max_minutes",
-            "optim.lr",
-            "optim.warmup_steps",
-            "optim.max_grad_norm",
-            "algo.kl_coef",
-            "algo.entropy_coef",
-            "algo.dual_clip",
-            "rollout.temperature",
-            "warm_start.num_tasks",
-            "env.format_penalty",
-        ],
-        allow_zero=True,
-    )
-    if cfg.env.name != "search_qa" and cfg.env.topk != EnvConfig.topk:
-        raise ConfigError(f"env.topk only applies to search_qa, not env.name={cfg.env.name}")
-    if not 0 < cfg.rollout.top_p <= 1:
-        raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
-    if not 0 <= cfg.algo.clip_low < 1 or cfg.algo.clip_high < 0:
-        raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
-    if 0 < cfg.algo.dual_clip <= 1:
-        raise ConfigError(
-            f"algo.dual_clip must be > 1 (typically 3.0) or 0, got {cfg.algo.dual_clip}"
-        )
-    if not 0 < cfg.algo.gamma <= 1 or not 0 <= cfg.algo.lam <= 1:
-        raise ConfigError("algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
-    if cfg.algo.kl_in_reward and cfg.algo.kl_coef == 0:
-        raise ConfigError("algo.kl_in_reward=true does nothing with algo.kl_coef=0")
-    if cfg.algo.kl_in_reward and cfg.algo.name not in ("reinforce_pp", "ppo"):
-        raise ConfigError(
-            f"algo.kl_in_reward needs a token-level estimator (reinforce_pp or ppo), "
-            f"not algo.name={cfg.algo.name}; use the KL loss term instead"
-        )
-    if cfg.algo.name in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline") and (
-        cfg.rollout.group_size < 2
-    ):
-        raise ConfigError(
-            f"algo.name={cfg.algo.name} compares samples of a group: "
-            "rollout.group_size must be >= 2"
-        )
-    if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
-        raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
-    if cfg.rollout.max_tokens_per_turn > cfg.rollout.max_total_tokens:
-        raise ConfigError("rollout.max_tokens_per_turn exceeds rollout.max_total_tokens")

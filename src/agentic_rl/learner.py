@@ -16,13 +16,22 @@ from torch import nn
 from agentic_rl.algos.advantages import (
     SEQUENCE_ADVANTAGES,
     gae_advantages,
+    multi_conversation_advantages,
     outcome_to_token_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
+    trr_pp_advantages,
     whiten_advantages,
 )
-from agentic_rl.algos.losses import aggregate_loss, kl_penalty, ppo_clip_loss, value_loss
-from agentic_rl.config import AlgoConfig, Config
+from agentic_rl.algos.gigpo import anchor_groups, discounted_step_returns, gigpo_advantages
+from agentic_rl.algos.losses import (
+    aggregate_loss,
+    gspo_loss,
+    kl_penalty,
+    ppo_clip_loss,
+    value_loss,
+)
+from agentic_rl.config import AlgoConfig, Config, GigpoConfig
 from agentic_rl.models import token_logprobs
 from agentic_rl.types import Trajectory
 
@@ -38,6 +47,11 @@ class TrainBatch:
     rewards: torch.Tensor  # [N] episode rewards
     token_rewards: torch.Tensor  # [N, T] step rewards placed on the last token of their turn
     group_ids: torch.Tensor  # [N] long
+    episode_index: torch.Tensor | None = None  # [N] long: the episode of each row (step mode)
+    step_returns: torch.Tensor | None = None  # [N] discounted return from each step (gigpo)
+    step_group_ids: torch.Tensor | None = None  # [N] long anchor-state groups (gigpo)
+    task_type_ids: torch.Tensor | None = None  # [N] long (trr_pp)
+    role_ids: torch.Tensor | None = None  # [N] long (trr_pp)
     advantages: torch.Tensor | None = None  # [N, T]
     returns: torch.Tensor | None = None  # [N, T] (ppo)
     old_values: torch.Tensor | None = None  # [N, T] (ppo)
@@ -81,18 +95,82 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         token_rewards=token_rewards * mask,
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
+        episode_index=torch.arange(n),
     )
 
 
-def compute_advantages(batch: TrainBatch, algo: AlgoConfig) -> None:
-    """Fill batch.advantages (and returns for ppo) from rewards; KL-in-reward applied here."""
+def collate_episodes(
+    episodes: list[list[Trajectory]], pad_token_id: int, gigpo: GigpoConfig | None = None
+) -> TrainBatch:
+    """Collate episodes given as lists of samples (one per episode in episode mode, one per
+    step in step mode); rows keep their episode index. With `gigpo`, also the discounted step
+    returns R_t = sum_k gamma^(k-t) r_k and the anchor-state step groups of every row (a step
+    without an anchor is its own singleton group, so it gets no step advantage)."""
+    flat = [sample for samples in episodes for sample in samples]
+    batch = collate(flat, pad_token_id)
+    batch.episode_index = torch.tensor(
+        [e for e, samples in enumerate(episodes) for _ in samples], dtype=torch.long
+    )
+    if gigpo is not None:
+        rewards = [[sum(s.step_rewards) for s in samples] for samples in episodes]
+        returns = discounted_step_returns(rewards, gamma=gigpo.gamma)
+        batch.step_returns = torch.tensor([r for ep in returns for r in ep], dtype=torch.float32)
+        anchors = [
+            s.anchors[0] if s.anchors else ("__no_anchor__", e, t)
+            for e, samples in enumerate(episodes)
+            for t, s in enumerate(samples)
+        ]
+        threshold = gigpo.similarity_threshold if gigpo.similarity_threshold < 1 else None
+        groups = anchor_groups(anchors, [s.group_id for s in flat], threshold)
+        batch.step_group_ids = torch.tensor(groups, dtype=torch.long)
+    return batch
+
+
+def _per_episode(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first row of each episode [E], episode of each row as 0..E-1 [N])."""
+    index = batch.episode_index if batch.episode_index is not None else torch.arange(len(batch))
+    _, inverse = torch.unique(index, return_inverse=True)
+    rows = torch.arange(len(batch))
+    first = torch.full((int(inverse.max()) + 1,), len(batch), dtype=torch.long)
+    return first.scatter_reduce(0, inverse, rows, "amin"), inverse
+
+
+def compute_advantages(
+    batch: TrainBatch, algo: AlgoConfig, gigpo: GigpoConfig | None = None
+) -> None:
+    """Fill batch.advantages (and returns for ppo) from rewards; KL-in-reward applied here.
+
+    Group estimators compare EPISODES: each episode's advantage is computed once and copied to
+    all its rows (MemAgent's multi-conversation advantage; in step mode, every step of an
+    episode). In episode mode each row is its own episode, so this is the plain estimator."""
     mask = batch.loss_mask
     kl = None
     if algo.kl_in_reward and batch.ref_logprobs is not None:
         kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator) * mask
     if algo.name in SEQUENCE_ADVANTAGES:
-        seq_adv = SEQUENCE_ADVANTAGES[algo.name](batch.rewards, batch.group_ids)
-        batch.advantages = outcome_to_token_advantages(seq_adv, mask)
+        first, inverse = _per_episode(batch)
+        episode_adv = SEQUENCE_ADVANTAGES[algo.name](batch.rewards[first], batch.group_ids[first])
+        batch.advantages = outcome_to_token_advantages(
+            multi_conversation_advantages(episode_adv, inverse), mask
+        )
+    elif algo.name == "gigpo":
+        if batch.step_returns is None or batch.step_group_ids is None:
+            raise ValueError("gigpo needs step returns and step groups: use collate_episodes")
+        gigpo = gigpo or GigpoConfig()
+        adv = gigpo_advantages(
+            batch.rewards,
+            batch.group_ids,
+            batch.step_returns,
+            batch.step_group_ids,
+            omega=gigpo.omega,
+            norm=gigpo.norm,
+        )
+        batch.advantages = outcome_to_token_advantages(adv, mask)
+    elif algo.name == "trr_pp":
+        zeros = torch.zeros(len(batch), dtype=torch.long)
+        types = batch.task_type_ids if batch.task_type_ids is not None else zeros
+        roles = batch.role_ids if batch.role_ids is not None else zeros
+        batch.advantages = trr_pp_advantages(batch.rewards, types, roles, mask)
     elif algo.name == "reinforce_pp":
         batch.advantages = reinforce_pp_advantages(
             batch.rewards, mask, kl, algo.kl_coef if kl is not None else 0.0, gamma=algo.gamma
@@ -223,16 +301,26 @@ def _micro_batch_loss(
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
     # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.
     old = logprobs.detach() if algo.epochs == 1 else mb.old_logprobs
-    pg, clipped = ppo_clip_loss(
-        logprobs,
-        old,
-        mb.advantages,
-        mask,
-        algo.clip_low,
-        algo.clip_high,
-        dual_clip=algo.dual_clip or None,
-    )
-    loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
+    if algo.policy_loss == "gspo":
+        # One ratio and one advantage per sequence; the loss is a mean over the GLOBAL number
+        # of sequences (config enforces seq-mean aggregation), so micro-batches add up exactly.
+        seq_adv = (mb.advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        per_seq, seq_clipped = gspo_loss(
+            logprobs, old, seq_adv, mask, algo.gspo_clip_low, algo.gspo_clip_high
+        )
+        loss = per_seq.sum() / max(counts["num_sequences"], 1)
+        clipped = seq_clipped[:, None] & (mask > 0)
+    else:
+        pg, clipped = ppo_clip_loss(
+            logprobs,
+            old,
+            mb.advantages,
+            mask,
+            algo.clip_low,
+            algo.clip_high,
+            dual_clip=algo.dual_clip or None,
+        )
+        loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
     kl_sum = torch.zeros(())
     if mb.ref_logprobs is not None:
         kl = kl_penalty(logprobs, mb.ref_logprobs, algo.kl_estimator) * mask

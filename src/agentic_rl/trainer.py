@@ -1,8 +1,9 @@
 """The training loop, top to bottom:
 
     setup -> [warm start] -> eval before -> for each step:
-        rollout (B tasks x G samples, multi-turn) -> rewards -> advantages -> update -> log
-        -> checkpoint -> eval every k
+        collect: rollout (B tasks x G samples, multi-turn or step-wise) -> reward shaping
+                 -> batch filters (more rollout batches while dynamic sampling is short)
+        -> advantages -> update -> log -> checkpoint -> eval every k
     -> eval after -> summary.json
 
 Every random choice of step `s` is seeded from (trainer.seed, s), so a run resumed from a
@@ -21,17 +22,26 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl import batch_filters as bf
+from agentic_rl.algos.losses import overlong_filter_mask
 from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.batch_filters import Episodes
 from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentic_rl.config import Config
 from agentic_rl.envs import TASKS, make_env
-from agentic_rl.learner import collate, compute_advantages, forward_no_grad, update
+from agentic_rl.learner import TrainBatch, collate_episodes, compute_advantages, forward_no_grad
+from agentic_rl.learner import update as learner_update
 from agentic_rl.logging import RunLogger
 from agentic_rl.models import ValueHead, frozen_copy, load_policy
 from agentic_rl.rollout.chat import ChatFormat, check_prefix_preserving, make_chat_format
-from agentic_rl.rollout.loop import expert_actor, policy_actor, run_episodes
+from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes, run_stepwise
+from agentic_rl.run_summary import advantage_metrics, print_table, run_summary, summarize
 from agentic_rl.sft import train_sft
 from agentic_rl.types import Task, Trajectory
+
+
+class DynamicSamplingError(RuntimeError):
+    """Dynamic sampling could not fill a batch within filters.max_gen_batches rollouts."""
 
 
 @dataclass
@@ -90,66 +100,125 @@ def build(cfg: Config) -> Setup:
     return setup
 
 
-def rollout(setup: Setup, step: int) -> list[Trajectory]:
-    """B tasks x G samples for training step `step` (task choice seeded by the step)."""
+def play(
+    setup: Setup, tasks: list[Task], groups: list[str], act: Actor, seed: int
+) -> list[list[Trajectory]]:
+    """Run one episode per task in the configured rollout mode; samples per episode."""
     cfg = setup.cfg.rollout
-    rng = random.Random(setup.cfg.trainer.seed * 1_000_003 + step)
-    chosen = rng.sample(setup.train_tasks, min(cfg.tasks_per_step, len(setup.train_tasks)))
-    tasks = [task for task in chosen for _ in range(cfg.group_size)]
-    groups = [f"{step}:{task.task_id}" for task in tasks]
-    seed = setup.cfg.trainer.seed * 100_000 + step
-    act = policy_actor(setup.generator, setup.fmt, cfg, seed=seed)
     envs = make_envs(setup.cfg, len(tasks))
-    return run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
+    if cfg.mode == "step":
+        return run_stepwise(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
+    trajectories = run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
+    return [[t] for t in trajectories]
+
+
+def rollout(setup: Setup, tasks: list[Task], group_size: int, seed: int, step: int) -> Episodes:
+    """`group_size` sampled episodes of each task; the episodes of a task form a group."""
+    expanded = [task for task in tasks for _ in range(group_size)]
+    groups = [f"{step}:{task.task_id}" for task in expanded]
+    act = policy_actor(setup.generator, setup.fmt, setup.cfg.rollout, seed=seed)
+    return Episodes(play(setup, expanded, groups, act, seed), expanded)
+
+
+def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, float]]:
+    """The episodes to train on at `step`, the episodes generated, and the filter metrics.
+
+    One rollout batch of B tasks x G samples, unless dynamic sampling drops groups: then more
+    batches of fresh tasks (never a task twice in a step) until B groups are kept, and an error
+    after filters.max_gen_batches. Task choice and sampling are seeded by (trainer.seed, step)."""
+    cfg, f = setup.cfg, setup.cfg.filters
+    want = cfg.rollout.tasks_per_step
+    rng = random.Random(cfg.trainer.seed * 1_000_003 + step)
+    remaining = list(setup.train_tasks)
+    group_size = cfg.rollout.group_size * (f.roc_oversample if f.roc else 1)
+    group_size = f.ttrl_vote_samples or group_size
+    kept, generated = Episodes(), Episodes()
+    per_batch: list[dict[str, float]] = []  # shaping / filter metrics of each rollout batch
+    gen = 0
+    while gen < (f.max_gen_batches if f.dynamic_sampling else 1) and remaining:
+        chosen = rng.sample(remaining, min(want, len(remaining)))
+        taken = {id(task) for task in chosen}
+        remaining = [task for task in remaining if id(task) not in taken]
+        seed = cfg.trainer.seed * 100_000 + step + gen * 1_000_003
+        episodes = rollout(setup, chosen, group_size, seed, step)
+        gen += 1
+        trainable, batch_metrics = episodes, {}
+        if f.ttrl_vote_samples:  # vote on all N, train on M of them
+            trainable, vote_metrics = bf.ttrl_relabel(episodes, cfg.rollout.group_size)
+            batch_metrics.update(vote_metrics)
+        if f.overlong_buffer:  # in place, so `trainable` (the same samples) sees it too
+            max_len = cfg.rollout.max_total_tokens
+            batch_metrics.update(bf.overlong_penalty(episodes, max_len, f.overlong_buffer))
+        generated.extend(episodes)
+        episodes = trainable
+        if f.roc:
+            episodes, roc_metrics = bf.roc_select(
+                episodes, cfg.rollout.group_size, f.roc_min_per_class
+            )
+            batch_metrics.update(roc_metrics)
+        per_batch.append(batch_metrics)
+        if f.dynamic_sampling and not f.roc:
+            episodes = bf.drop_constant_groups(episodes)
+        kept.extend(episodes)
+        if len(kept.groups()) >= want:
+            break
+    if f.dynamic_sampling:
+        if len(kept.groups()) < want:
+            raise DynamicSamplingError(
+                f"dynamic sampling kept {len(kept.groups())} of the {want} groups a batch needs "
+                f"after {gen} rollout batches (filters.max_gen_batches={f.max_gen_batches}"
+                f"{'; every training task was used' if not remaining else ''}; "
+                f"{len(generated.groups())} groups generated, the rest had equal rewards, all "
+                "correct or all wrong): the tasks are too easy or too hard for this model. Raise "
+                "filters.max_gen_batches, change the tasks, or set filters.dynamic_sampling=false"
+            )
+        kept = kept.first_groups(want)
+    kept = bf.variance_keep(kept, f.variance_filter_keep)
+    keys = {key for m in per_batch for key in m}
+    metrics = {k: sum(m[k] for m in per_batch if k in m) / len(per_batch) for k in keys}
+    metrics.update(
+        {
+            "gen_batches": float(gen),
+            "generated_groups": float(len(generated.groups())),
+            "kept_groups": float(len(kept.groups())),
+            "zero_variance_groups": bf.zero_variance_fraction(generated),
+        }
+    )
+    return kept, generated, metrics
 
 
 def evaluate(setup: Setup, tasks: list[Task] | None = None) -> dict[str, float]:
     """Greedy episodes on the held-out tasks: success rate, tool use, reward."""
     tasks = tasks if tasks is not None else setup.eval_tasks
     cfg = setup.cfg.rollout
-    trajectories: list[Trajectory] = []
+    episodes: list[list[Trajectory]] = []
     for start in range(0, len(tasks), cfg.eval_batch_size):
         chunk = tasks[start : start + cfg.eval_batch_size]
         act = policy_actor(setup.generator, setup.fmt, cfg, seed=0, greedy=True)
-        groups = [f"eval:{t.task_id}" for t in chunk]
-        trajectories += run_episodes(
-            make_envs(setup.cfg, len(chunk)),
-            chunk,
-            groups,
-            act,
-            setup.fmt,
-            setup.tokenizer,
-            cfg,
-            seed=0,
-        )
-    return summarize(trajectories)
+        episodes += play(setup, chunk, [f"eval:{t.task_id}" for t in chunk], act, seed=0)
+    return summarize([samples[0] for samples in episodes])
 
 
-def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
-    n = max(len(trajectories), 1)
-    mean = lambda key: sum(t.metrics[key] for t in trajectories) / n  # noqa: E731
-    return {
-        "success": mean("success"),
-        "reward": sum(t.reward for t in trajectories) / n,
-        "tool_calls_per_episode": mean("tool_calls"),
-        "invalid_actions_per_episode": mean("invalid_actions"),
-        "turns": mean("turns"),
-        "response_tokens": mean("response_tokens"),
-        "episodes": float(len(trajectories)),
-    }
+def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:
+    """Scripted-expert samples of `num_tasks` training tasks (successful episodes only; in step
+    mode their step samples, so the model learns in the contexts it will act in) and the
+    number of successful episodes."""
+    rng = random.Random(setup.cfg.trainer.seed + 17)
+    tasks = [rng.choice(setup.train_tasks) for _ in range(num_tasks)]
+    act = expert_actor(setup.fmt, setup.tokenizer)
+    episodes = play(setup, tasks, [f"expert:{i}" for i in range(len(tasks))], act, seed=0)
+    demos = [samples for samples in episodes if samples[0].metrics["success"] >= 1.0]
+    return [sample for samples in demos for sample in samples], len(demos)
 
 
 def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
     """Supervised warm start on scripted-expert episodes of training tasks."""
     cfg = setup.cfg
-    rng = random.Random(cfg.trainer.seed + 17)
-    tasks = [rng.choice(setup.train_tasks) for _ in range(cfg.warm_start.num_tasks)]
-    envs = make_envs(cfg, len(tasks))
-    act = expert_actor(setup.fmt, setup.tokenizer)
-    groups = [f"expert:{i}" for i in range(len(tasks))]
-    demos = run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg.rollout, 0)
-    demos = [d for d in demos if d.metrics["success"] >= 1.0]
-    print(f"warm start: {len(demos)} expert episodes (of {len(tasks)}) ...", flush=True)
+    demos, num_episodes = expert_demos(setup, cfg.warm_start.num_tasks)
+    print(
+        f"warm start: {num_episodes} expert episodes (of {cfg.warm_start.num_tasks}) ...",
+        flush=True,
+    )
 
     def on_step(step: int, total: int, loss: float) -> None:
         if step % 10 == 0 or step == total:
@@ -166,62 +235,73 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
         seed=cfg.trainer.seed,
         on_step=on_step,
     )
-    logger.log(0, {**result, "episodes": float(len(demos))}, prefix="warm_start")
+    logger.log(0, {**result, "episodes": float(num_episodes)}, prefix="warm_start")
     return result
 
 
-def train_step(setup: Setup, optimizer: torch.optim.Optimizer, step: int) -> dict[str, float]:
-    """One RL step: rollout, rewards, advantages, update. Returns the step's metrics."""
+def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
+    """Collate the kept episodes and fill reference logprobs, values and advantages."""
     cfg = setup.cfg
-    t0 = time.perf_counter()
-    trajectories = rollout(setup, step)
-    t_rollout = time.perf_counter() - t0
-    batch = collate(trajectories, setup.tokenizer.pad_token_id)
+    gigpo = cfg.gigpo if cfg.algo.name == "gigpo" else None
+    batch = collate_episodes(episodes.samples, setup.tokenizer.pad_token_id, gigpo)
+    if cfg.algo.name == "trr_pp":
+        types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
+        batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
     if setup.reference is not None:
         batch.ref_logprobs, _ = forward_no_grad(setup.reference, batch, chunk, micro)
     if setup.value_head is not None:
         _, batch.old_values = forward_no_grad(setup.policy, batch, chunk, micro, setup.value_head)
-    compute_advantages(batch, cfg.algo)
-    assert batch.advantages is not None
+    compute_advantages(batch, cfg.algo, cfg.gigpo)
+    if cfg.filters.overlong_filter:
+        # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
+        # (it still counted in its group's statistics above, as in DAPO).
+        truncated = torch.tensor([s.truncated for ep in episodes.samples for s in ep])
+        batch.loss_mask = overlong_filter_mask(batch.loss_mask, truncated)
+    return batch
+
+
+def train_step(setup: Setup, optimizer: torch.optim.Optimizer, step: int) -> dict[str, float]:
+    """One RL step: collect (rollout + filters), advantages, update. Returns the metrics."""
+    cfg = setup.cfg
+    t0 = time.perf_counter()
+    episodes, generated, filter_metrics = collect(setup, step)
+    t_rollout = time.perf_counter() - t0
+    batch = prepare_batch(setup, episodes) if len(episodes) else None
     # A batch whose advantages are all zero (every group all-correct or all-wrong) carries no
     # policy gradient; without KL or entropy terms the update would only move Adam's moments.
-    useless = (
-        bool((batch.advantages == 0).all())
+    useless = batch is None or (
+        bool((batch.advantages * batch.loss_mask == 0).all())
         and setup.reference is None
         and cfg.algo.entropy_coef == 0
         and setup.value_head is None
     )
-    update_metrics = (
-        {} if useless else update(setup.policy, optimizer, batch, cfg, setup.value_head)
-    )
+    update_metrics = {}
+    if not useless:
+        assert batch is not None
+        update_metrics = learner_update(setup.policy, optimizer, batch, cfg, setup.value_head)
     elapsed = time.perf_counter() - t0
-    generated = sum(t.num_generated for t in trajectories)
-    metrics = summarize(trajectories)
+    reps = [samples[0] for samples in generated.samples]  # one per generated episode
+    generated_tokens = sum(s.num_generated for samples in generated.samples for s in samples)
+    rewards = generated.rewards()
+    metrics = summarize(reps)
     metrics.update(update_metrics)
+    metrics.update(filter_metrics)
+    batch_metrics = {"samples": 0.0} if batch is None else advantage_metrics(batch, cfg.gigpo.norm)
+    metrics.update(batch_metrics)
     metrics.update(
         {
-            "reward_std": float(batch.rewards.std()) if len(batch) > 1 else 0.0,
-            "zero_variance_groups": _zero_variance_fraction(trajectories),
-            "tool_errors_per_episode": sum(t.metrics["tool_errors"] for t in trajectories)
-            / len(trajectories),
-            "truncated": sum(t.metrics["truncated"] for t in trajectories) / len(trajectories),
+            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "tool_errors_per_episode": sum(t.metrics["tool_errors"] for t in reps) / len(reps),
+            "truncated": sum(t.metrics["truncated"] for t in reps) / len(reps),
             "skipped_update": float(useless),
             "lr": optimizer.param_groups[0]["lr"],
             "rollout_seconds": t_rollout,
             "step_seconds": elapsed,
-            "tokens_per_s": generated / max(t_rollout, 1e-9),
+            "tokens_per_s": generated_tokens / max(t_rollout, 1e-9),
         }
     )
     return metrics
-
-
-def _zero_variance_fraction(trajectories: list[Trajectory]) -> float:
-    groups: dict[str, list[float]] = {}
-    for t in trajectories:
-        groups.setdefault(t.group_id, []).append(t.reward)
-    flat = [g for g in groups.values() if max(g) - min(g) <= 1e-6]
-    return len(flat) / max(len(groups), 1)
 
 
 def make_optimizer(setup: Setup) -> torch.optim.Optimizer:
@@ -255,7 +335,11 @@ def train(cfg: Config) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     optimizer = make_optimizer(setup)
-    extra = {"value_head": setup.value_head} if setup.value_head is not None else None
+    extra: dict[str, nn.Module] = {}
+    if setup.value_head is not None:
+        extra["value_head"] = setup.value_head
+    if setup.reference is not None and cfg.warm_start.num_tasks > 0:
+        extra["reference"] = setup.reference  # the warm-started weights: not rebuildable
     state: dict[str, Any] = {"step": 0, "evals": {}}
     last = latest_checkpoint(out) if cfg.trainer.resume else None
     if last is not None:
@@ -301,7 +385,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 print(f"time budget of {cfg.trainer.max_minutes} min reached at step {step}")
                 break
         state["evals"]["after"] = _eval_and_log(setup, logger, step)
-    summary = _summary(cfg, state, step, time.time() - wall_start)
+    summary = run_summary(cfg, state, step, time.time() - wall_start)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print_table(summary)
     return summary
@@ -313,6 +397,8 @@ def _before_rl(setup: Setup, logger: RunLogger, state: dict[str, Any]) -> None:
         state["evals"]["before"] = _eval_and_log(setup, logger, 0, "eval_before")
     if cfg.warm_start.num_tasks > 0:
         warm_start(setup, logger)
+        if setup.reference is not None:  # KL to the model RL starts from, not the untrained one
+            setup.reference.load_state_dict(setup.policy.state_dict())
         if cfg.trainer.eval_before:
             state["evals"]["warm_start"] = _eval_and_log(setup, logger, 0, "eval_warm_start")
 
@@ -323,47 +409,3 @@ def _eval_and_log(setup: Setup, logger: RunLogger, step: int, prefix: str = "eva
     result["seconds"] = time.perf_counter() - t0
     logger.log(step, result, prefix=prefix)
     return result
-
-
-def _summary(cfg: Config, state: dict[str, Any], step: int, seconds: float) -> dict[str, Any]:
-    evals = state["evals"]
-    pick = lambda e: {  # noqa: E731
-        k: e[k]
-        for k in ("success", "tool_calls_per_episode", "reward", "invalid_actions_per_episode")
-    }
-    summary: dict[str, Any] = {
-        "recipe": cfg.recipe,
-        "model": cfg.model.name,
-        "env": cfg.env.name,
-        "algo": cfg.algo.name,
-        "steps": step,
-        "eval_tasks": cfg.env.num_eval_tasks,
-        "after": pick(evals["after"]),
-        "wall_seconds": round(seconds, 1),
-    }
-    if "before" in evals:
-        summary["before"] = pick(evals["before"])
-    if "warm_start" in evals:
-        summary["warm_start"] = pick(evals["warm_start"])
-    return summary
-
-
-def print_table(summary: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{summary['recipe']}: {summary['eval_tasks']} held-out tasks, greedy")
-    for col in ("stage", "success", "tool calls / episode", "reward", "invalid actions / ep."):
-        table.add_column(col)
-    for stage in ("before", "warm_start", "after"):
-        if stage in summary:
-            row = summary[stage]
-            table.add_row(
-                stage.replace("_", " "),
-                f"{row['success']:.1%}",
-                f"{row['tool_calls_per_episode']:.2f}",
-                f"{row['reward']:.3f}",
-                f"{row['invalid_actions_per_episode']:.2f}",
-            )
-    Console().print(table)
-    print(f"wall time {summary['wall_seconds']:.0f} s, {summary['steps']} RL steps")

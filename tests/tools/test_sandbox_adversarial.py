@@ -26,9 +26,9 @@ def pool():
         yield pool
 
 
-def sandbox_processes() -> int:
-    """Processes running as any sandbox uid right now."""
-    low, high = LIMITS.uid_base, LIMITS.uid_base + LIMITS.uid_count
+def sandbox_processes(pool: SandboxPool) -> int:
+    """Processes running as one of the pool's sandbox uids right now."""
+    uids = set(pool.sandbox_uids())
     count = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -38,7 +38,7 @@ def sandbox_processes() -> int:
                 uid_line = next(line for line in f if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if low <= int(uid_line.split()[1]) < high:
+        if int(uid_line.split()[1]) in uids:
             count += 1
     return count
 
@@ -48,7 +48,7 @@ def assert_pool_healthy(pool: SandboxPool) -> None:
     assert result.ok, result
     assert result.stdout == "42\n"
     if pool.isolation["uid_drop"]:
-        assert sandbox_processes() == 0  # nothing left running after the attack
+        assert sandbox_processes(pool) == 0  # nothing left running after the attack
 
 
 def needs(pool: SandboxPool, *features: str) -> None:

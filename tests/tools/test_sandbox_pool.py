@@ -127,6 +127,9 @@ def test_isolation_is_reported(pool):
         assert key in iso
     assert iso["socket_block"] == (not iso["netns"])
     assert pool.health()["status"] == "ok"
+    if iso["uid_drop"]:  # one unprivileged uid per worker: NPROC and kill(-1) stay per worker
+        uids = pool.sandbox_uids()
+        assert len(set(uids)) == pool.size and min(uids) >= LIMITS.uid_base
 
 
 def test_fallback_without_namespaces_blocks_sockets():

@@ -1,6 +1,6 @@
 """Pure tensor math for RL on LLM agents: advantage estimators, policy/value losses, KL
-penalties, loss aggregation, GiGPO step grouping and batch filters. Depends only on torch and
-the standard library (see tests/algos/test_purity.py)."""
+penalties, loss aggregation, GiGPO step grouping, batch filters and preference (DPO) losses.
+Depends only on torch and the standard library (see tests/algos/test_purity.py)."""
 
 from agentic_rl.algos.advantages import (
     SEQUENCE_ADVANTAGES,
@@ -45,6 +45,7 @@ from agentic_rl.algos.losses import (
     value_loss,
 )
 from agentic_rl.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from agentic_rl.algos.preference import dpo_loss, dpo_margins, sequence_logps
 
 __all__ = [
     "GIGPO_NORMS",
@@ -55,6 +56,8 @@ __all__ = [
     "anchor_groups",
     "discounted_returns",
     "discounted_step_returns",
+    "dpo_loss",
+    "dpo_margins",
     "dr_grpo_advantages",
     "dynamic_sampling_keep",
     "episode_advantages",
@@ -80,6 +83,7 @@ __all__ = [
     "rloo_advantages",
     "roc_downsample",
     "roc_penalties",
+    "sequence_logps",
     "step_advantages",
     "trr_pp_advantages",
     "useful_group_fraction",

@@ -1,8 +1,12 @@
 """Batched multi-turn episodes: generate -> parse action -> env.step -> append observation.
 
 All live episodes advance one turn together: one `generate` call per turn for the whole batch,
-finished episodes leave it. The context of an episode is a list of token ids that only grows:
-sampled tokens (loss mask 1, with their behaviour logprobs) and inserted tokens (loss mask 0).
+finished episodes leave it. Two modes:
+- `run_episodes` (rollout.mode=episode): the context of an episode is a list of token ids that
+  only grows: sampled tokens (loss mask 1, with their behaviour logprobs) and inserted tokens
+  (loss mask 0); one Trajectory per episode.
+- `run_stepwise` (rollout.mode=step, GiGPO): each env step is its own training sample whose
+  context is the prompt plus a bounded window of the latest steps (see `step_context`).
 """
 
 from __future__ import annotations
@@ -116,14 +120,11 @@ def start_episodes(
     return episodes
 
 
-def _apply_step(
-    ep: Episode,
-    action: Action,
-    fmt: ChatFormat,
-    tokenizer: Any,
-    cfg: RolloutConfig,
-    last_turn: bool,
-) -> None:
+def _env_step(
+    ep: Episode, action: Action, fmt: ChatFormat, tokenizer: Any, last_turn: bool
+) -> list[int] | None:
+    """Apply `action` to the env and record reward, counters and end flags; returns the
+    observation's token ids to insert next, or None when nothing follows (the episode ended)."""
     result = ep.env.step(action)
     ep.step_rewards.append(float(result.reward))
     for key in COUNTERS:
@@ -132,14 +133,27 @@ def _apply_step(
         ep.success = float(result.info["success"])
     if result.terminated:
         ep.terminated = True
-        return
+        return None
     if result.truncated or last_turn:
         ep.truncated = True
-        return
-    if result.observation is not None:
-        if result.observation.anchor is not None:
-            ep.anchors.append(result.observation.anchor)
-        obs_ids = encode_text(tokenizer, fmt.render_observation(result.observation))
+        return None
+    if result.observation is None:
+        return []
+    if result.observation.anchor is not None:
+        ep.anchors.append(result.observation.anchor)
+    return encode_text(tokenizer, fmt.render_observation(result.observation))
+
+
+def _apply_step(
+    ep: Episode,
+    action: Action,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    last_turn: bool,
+) -> None:
+    obs_ids = _env_step(ep, action, fmt, tokenizer, last_turn)
+    if obs_ids:
         room = cfg.max_total_tokens - ep.response_length
         # The observation plus at least a few tokens of a next turn must fit the budget.
         if len(obs_ids) + 4 > room:
@@ -188,19 +202,22 @@ def run_episodes(
     return [_to_trajectory(ep, tokenizer) for ep in episodes]
 
 
-def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
-    generated = sum(ep.loss_mask)
-    metrics = {
+def _episode_metrics(ep: Episode, generated: int, response: int) -> dict[str, float]:
+    return {
         "success": ep.success,
-        "turns": float(len(ep.turn_spans)),
+        "turns": float(len(ep.step_rewards)),
         "tool_calls": ep.counts["tool_call"],
         "tool_errors": ep.counts["tool_error"],
         "invalid_actions": ep.counts["invalid_action"],
         "no_action": ep.counts["no_action"],
-        "response_tokens": float(ep.response_length),
+        "response_tokens": float(response),
         "generated_tokens": float(generated),
         "truncated": float(ep.truncated and not ep.terminated),
     }
+
+
+def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
+    metrics = _episode_metrics(ep, sum(ep.loss_mask), ep.response_length)
     return Trajectory(
         token_ids=ep.token_ids,
         loss_mask=ep.loss_mask,
@@ -217,3 +234,100 @@ def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
         metrics=metrics,
         completion_text=tokenizer.decode(ep.token_ids[ep.prompt_length :]),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Step-wise mode
+# ---------------------------------------------------------------------------------------------
+
+
+def step_context(
+    prompt: list[int], history: Sequence[tuple[list[int], list[int]]], cfg: RolloutConfig
+) -> list[int]:
+    """The context of the next step: prompt + the last `history_window` steps, each the model
+    turn's sampled ids followed by the observation ids inserted after it.
+
+    With `history_window=0` the latest observation alone follows the prompt (the agent must see
+    the current state). Oldest steps are dropped first until the context leaves room for a full
+    turn within `max_total_tokens`. Ids are spliced, never re-encoded, so each window is exactly
+    what the model is conditioned on."""
+    window = cfg.history_window
+    steps = [list(step) for step in history[-window:]] if window else []
+    if not window and history:
+        steps = [[[], list(history[-1][1])]]
+    room = cfg.max_total_tokens - cfg.max_tokens_per_turn
+    while steps and sum(len(a) + len(o) for a, o in steps) > room:
+        steps.pop(0)
+    return list(prompt) + [i for action, obs in steps for i in (*action, *obs)]
+
+
+def run_stepwise(
+    envs: Sequence[Env],
+    tasks: Sequence[Task],
+    group_ids: Sequence[str],
+    act: Actor,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    seed: int,
+) -> list[list[Trajectory]]:
+    """Run episodes step-wise (verl-agent / GiGPO); returns one list of step samples per episode.
+
+    Step t's sample: `token_ids` = its context (loss mask 0) + the turn's sampled ids (loss mask
+    1, behaviour logprobs), `anchors` = [the anchor of the state it acted on] (empty if the env
+    gives none), `step_rewards` = [r_t], `reward` = the episode's return, `metrics` = the
+    episode's metrics plus "step". Groups share reset seeds as in `run_episodes`."""
+    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed)
+    prompts = [list(ep.token_ids) for ep in episodes]
+    history: list[list[tuple[list[int], list[int]]]] = [[] for _ in episodes]
+    samples: list[list[Trajectory]] = [[] for _ in episodes]
+    current = [ep.anchors[-1] if ep.anchors else None for ep in episodes]
+    for turn in range(cfg.max_turns):
+        live = [i for i, ep in enumerate(episodes) if not ep.done]
+        if not live:
+            break
+        for i in live:
+            episodes[i].token_ids = step_context(prompts[i], history[i], cfg)
+        completions = act([episodes[i] for i in live], [cfg.max_tokens_per_turn] * len(live), turn)
+        for i, completion in zip(live, completions, strict=True):
+            ep, context, action_ids = episodes[i], episodes[i].token_ids, list(completion.token_ids)
+            text = completion.text or tokenizer.decode(action_ids)
+            n_anchors = len(ep.anchors)
+            obs_ids = _env_step(
+                ep,
+                fmt.parse(text, completion.finish_reason),
+                fmt,
+                tokenizer,
+                turn == cfg.max_turns - 1,
+            )
+            samples[i].append(
+                Trajectory(
+                    token_ids=context + action_ids,
+                    loss_mask=[0] * len(context) + [1] * len(action_ids),
+                    logprobs=[0.0] * len(context) + list(completion.logprobs),
+                    prompt_length=len(context),
+                    turn_spans=[(len(context), len(context) + len(action_ids))],
+                    step_rewards=[ep.step_rewards[-1]],
+                    group_id=ep.group_id,
+                    task_id=ep.task.task_id,
+                    anchors=[] if current[i] is None else [current[i]],
+                    completion_text=text,
+                )
+            )
+            history[i].append((action_ids, obs_ids or []))
+            current[i] = ep.anchors[-1] if len(ep.anchors) > n_anchors else None
+    for ep, steps, past in zip(episodes, samples, history, strict=True):
+        if not ep.done:
+            ep.truncated = True
+        metrics = _episode_metrics(
+            ep,
+            generated=sum(len(a) for a, _ in past),
+            response=sum(len(a) + len(o) for a, o in past),
+        )
+        for t, sample in enumerate(steps):
+            sample.reward = float(sum(ep.step_rewards))
+            sample.metrics = {**metrics, "step": float(t)}
+        if steps:
+            steps[-1].terminated = ep.terminated
+            steps[-1].truncated = ep.truncated and not ep.terminated
+    return samples

@@ -343,6 +343,16 @@ def wipe_dir(path: str) -> None:
                 os.unlink(full)
 
 
+def has_children() -> bool:
+    """Whether any child (running or a zombie) remains. We are a subreaper, so every live
+    descendant of a finished execution is our child or below one: none left means no sweep."""
+    try:
+        os.waitpid(-1, os.WNOHANG)  # may reap one zombie: then there were children
+    except ChildProcessError:
+        return False
+    return True
+
+
 def reap(deadline_s: float = 0.5) -> None:
     """Collect every exited child (the killed leftovers) so zombies do not count toward NPROC."""
     end = time.monotonic() + deadline_s

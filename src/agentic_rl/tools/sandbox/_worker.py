@@ -192,7 +192,8 @@ class Worker:
         try:
             while True:
                 if wait is None and (wait := _wait(pid, block=False)) is not None:
-                    self._sweep(pid)  # leftovers die, so the pipes they hold reach EOF
+                    if not self.isolation["subreaper"] or _isolation.has_children():
+                        self._sweep(pid)  # leftovers die, so the pipes they hold reach EOF
                     grace_end = time.monotonic() + PIPE_GRACE_S
                 readers = [k.fd for k in sel.get_map().values() if k.fd != pidfd]
                 if wait is not None and not readers:
@@ -233,6 +234,7 @@ class Worker:
                 f"CodeTooLarge: {len(code)} characters (limit {limits['max_code_chars']})"
             )
         cpu_s = int(request["cpu_s"])
+        _isolation.reap(0.0)  # zombies of the last run would count toward this run's NPROC
         self.runs += 1
         workdir = os.path.join(self.base, f"run-{self.runs}")
         os.mkdir(workdir, 0o700)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -137,7 +138,10 @@ class SandboxPool:
         self.fresh_interpreter = fresh_interpreter
         self.start_timeout_s = start_timeout_s
         self._base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
-        os.chmod(self._base, 0o711)
+        os.chmod(self._base, 0o711)  # the sandbox uids must traverse it to their own dirs
+        # A pool that is never closed still leaves no directories behind at exit; its workers
+        # exit on their own when our end of their stdin closes.
+        weakref.finalize(self, shutil.rmtree, self._base, True)
         self._idle: queue.Queue[tuple[int, _WorkerProcess | None]] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
@@ -231,6 +235,12 @@ class SandboxPool:
         """Process ids of the idle, live workers (for monitoring and tests)."""
         with self._idle.mutex:
             return [w.proc.pid for _, w in self._idle.queue if w is not None and w.alive()]
+
+    def sandbox_uids(self) -> list[int]:
+        """The uids the idle workers run code as (empty when not root)."""
+        with self._idle.mutex:
+            uids = [w.isolation.get("uid") for _, w in self._idle.queue if w is not None]
+        return [uid for uid in uids if uid is not None]
 
     def health(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import socket
 import threading
 import time
@@ -221,6 +222,10 @@ def resolve_backend(backend: str) -> str:
     return "fastapi"
 
 
+def _raise_keyboard_interrupt(*_args: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def serve_sandbox(
     host: str = "127.0.0.1",
     port: int = 8765,
@@ -234,6 +239,8 @@ def serve_sandbox(
         checks = ", ".join(k for k, v in pool.isolation.items() if v is True)
         print(f"sandbox: {pool_size} workers ({checks}) on {server.url} [{server.backend}]")
         server.start()
+        if threading.current_thread() is threading.main_thread():  # `kill` stops it cleanly too
+            signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             while server._thread is not None and server._thread.is_alive():
                 server._thread.join(timeout=1.0)

@@ -1,0 +1,640 @@
+"""GRPO step time on CPU: this project vs TRL's GRPOTrainer, same model, prompts and sampling.
+
+One run measures both, each framework in its own child process (so peak RSS is separable):
+
+- model: the bundled SmolLM2-135M-Instruct, fp32, loaded from the safetensors cache
+  (`agentic_rl.models.bundled_model_dir()`); TRL loads that directory by path.
+- prompts: the opening messages (system + question) of `search_qa` training tasks, rendered by
+  the model's chat template (both sides get token-identical prompts; the TRL child checks it).
+  Step s uses tasks 2s and 2s+1 on both sides (TRL's dataset is not shuffled).
+- sampling: 2 prompts x 8 completions = 16 per step, up to 64 new tokens, temperature 1,
+  top-p 1, no top-k, stop at EOS only (no stop strings on either side).
+- reward: 1 if the completion text (special tokens dropped) has an even number of characters,
+  else 0: a pure function of the text, the same Python function on both sides, and mixed within
+  almost every group so neither side can skip the update.
+- one update per step (TRL num_iterations=1; ours algo.epochs=1), no KL, no reference model.
+
+Ours is the single-turn equivalent of a training step: `HFGenerator.generate` on the 16 prompt
+ids (the generator the trainer uses; identical prompts prefilled once), then the learner's
+`collate_episodes` -> `compute_advantages` (GRPO) -> `update`, the same calls as
+`trainer.train_step` minus the env (a single-turn env step is a string comparison). Step time
+= rollout + reward + advantages + update, after warm-up steps.
+
+    .venv/bin/python bench/vs_trl.py                 # ~10 min on the 2-core CPU
+    .venv/bin/python bench/vs_trl.py --steps 2 --warmup 1 --max-new-tokens 8   # smoke
+
+Writes bench/results/vs_trl.json; the last line of stdout is `speedup_vs_trl: X.XX`
+(TRL median step time / ours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "vs_trl.json"
+SEED = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces (both children)
+# ---------------------------------------------------------------------------------------------
+
+
+def parity_reward(text: str) -> float:
+    """1 if the completion text has an even number of characters: mixed, model-independent."""
+    return 1.0 if len(text) % 2 == 0 else 0.0
+
+
+def prompt_messages(n: int) -> list[list[dict[str, str]]]:
+    """The opening chat messages of the first `n` search_qa training tasks."""
+    from agentic_rl.envs import TASKS, make_env
+
+    tasks = TASKS["search_qa"]("train", n, SEED)
+    env = make_env("search_qa")
+    return [env.reset(task, seed=SEED + i).messages for i, task in enumerate(tasks)]
+
+
+def rss_mib() -> float:
+    """Current resident set size of this process (MiB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Ours
+# ---------------------------------------------------------------------------------------------
+
+
+def our_config(max_new_tokens: int, group_size: int, prompts: int, lr: float) -> Any:
+    """The default recipe, single-turn, with this benchmark's sampling settings."""
+    from agentic_rl.config import load_config
+
+    return load_config(
+        "search_qa_grpo",
+        [
+            "rollout.max_turns=1",
+            f"rollout.max_tokens_per_turn={max_new_tokens}",
+            f"rollout.max_total_tokens={max_new_tokens}",
+            f"rollout.group_size={group_size}",
+            f"rollout.tasks_per_step={prompts}",
+            "rollout.temperature=1.0",
+            "rollout.top_p=1.0",
+            f"optim.lr={lr}",
+            "algo.kl_coef=0.0",
+            "algo.epochs=1",
+        ],
+    )
+
+
+def our_step(
+    cfg: Any,
+    model: Any,
+    tokenizer: Any,
+    generator: Any,
+    optimizer: Any,
+    prompt_ids: list[list[int]],
+    step: int,
+    reward_fn: Any = None,
+) -> dict[str, Any]:
+    """One GRPO step of ours on `prompt_ids` (one per group): rollout -> reward -> advantages ->
+    update. Returns timings and counts. `reward_fn(index_in_group, text)`; default: parity of
+    the text length."""
+    from agentic_rl.learner import collate_episodes, compute_advantages
+    from agentic_rl.learner import update as learner_update
+    from agentic_rl.types import SamplingParams, Trajectory
+
+    group_size, max_new = cfg.rollout.group_size, cfg.rollout.max_tokens_per_turn
+    expanded = [p for p in prompt_ids for _ in range(group_size)]
+    t0 = time.perf_counter()
+    sampling = SamplingParams(
+        max_new_tokens=max_new, temperature=1.0, top_p=1.0, stop=[], seed=SEED * 100_000 + step
+    )
+    completions = generator.generate(expanded, sampling)
+    t_rollout = time.perf_counter() - t0
+    trajectories = []
+    for i, (prompt, c) in enumerate(zip(expanded, completions, strict=True)):
+        text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        reward = reward_fn(i % group_size, text) if reward_fn else parity_reward(text)
+        n = len(c.token_ids)
+        trajectories.append(
+            [
+                Trajectory(
+                    token_ids=list(prompt) + list(c.token_ids),
+                    loss_mask=[0] * len(prompt) + [1] * n,
+                    logprobs=[0.0] * len(prompt) + list(c.logprobs),
+                    prompt_length=len(prompt),
+                    turn_spans=[(len(prompt), len(prompt) + n)],
+                    step_rewards=[reward],
+                    reward=reward,
+                    group_id=f"{step}:{i // group_size}",
+                    task_id=str(i // group_size),
+                    truncated=c.finish_reason == "length",
+                )
+            ]
+        )
+    batch = collate_episodes(trajectories, tokenizer.pad_token_id)
+    compute_advantages(batch, cfg.algo, cfg.gigpo)
+    metrics = learner_update(model, optimizer, batch, cfg)
+    t_step = time.perf_counter() - t0
+    rewards = [t[0].reward for t in trajectories]
+    tokens = sum(len(c.token_ids) for c in completions)
+    return {
+        "step": step,
+        "step_s": t_step,
+        "rollout_s": t_rollout,
+        "update_s": t_step - t_rollout,
+        "sequences": len(completions),
+        "completion_tokens": tokens,
+        "mean_completion_len": tokens / len(completions),
+        "reward_mean": sum(rewards) / len(rewards),
+        "constant_groups": sum(
+            len(set(rewards[g : g + group_size])) == 1 for g in range(0, len(rewards), group_size)
+        ),
+        "trained_sequences": metrics.get("trained_sequences", float("nan")),
+        "loss": metrics.get("loss", float("nan")),
+    }
+
+
+def make_optimizer(cfg: Any, model: Any) -> Any:
+    """AdamW over the policy's parameters, as `trainer.make_optimizer` builds it."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(
+        params,
+        lr=cfg.optim.lr,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        weight_decay=cfg.optim.weight_decay,
+    )
+
+
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from agentic_rl.backends.hf import HFGenerator
+    from agentic_rl.config import ModelConfig
+    from agentic_rl.models import load_policy
+    from agentic_rl.rollout.chat import encode_prompt
+
+    torch.manual_seed(SEED)
+    cfg = our_config(args.max_new_tokens, args.group_size, args.prompts, args.lr)
+    model, tokenizer = load_policy(ModelConfig(dtype="float32"), seed=SEED)
+    rss_loaded = rss_mib()
+    generator = HFGenerator(model, tokenizer, max_batch_size=args.prompts * args.group_size)
+    optimizer = make_optimizer(cfg, model)
+    total = args.warmup + args.steps
+    messages = prompt_messages(args.prompts * total)
+    prompt_ids = [encode_prompt(tokenizer, m) for m in messages]
+
+    steps = []
+    for step in range(total):
+        chosen = prompt_ids[step * args.prompts : (step + 1) * args.prompts]
+        record = our_step(cfg, model, tokenizer, generator, optimizer, chosen, step)
+        record["warmup"] = step < args.warmup
+        steps.append(record)
+        print(
+            f"[ours] step {step}{' (warm-up)' if record['warmup'] else ''}: "
+            f"{record['step_s']:.2f}s (rollout {record['rollout_s']:.2f}s, "
+            f"{record['completion_tokens']} tokens), "
+            f"trained {record['trained_sequences']:.0f}/{record['sequences']}",
+            flush=True,
+        )
+    return {
+        "framework": "agentic_rl",
+        "settings": {
+            "generator": "agentic_rl.backends.hf.HFGenerator (shared-prompt prefill, KV cache, "
+            "finished rows leave the batch)",
+            "update": "learner.update, algo.epochs=1 (on-policy ratio, no second forward)",
+            "dtype": "float32",
+            "micro_batch_size": cfg.optim.micro_batch_size,
+            "logprob_chunk_size": cfg.model.logprob_chunk_size,
+            "loss_agg": cfg.algo.loss_agg,
+            "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
+            "lr": cfg.optim.lr,
+            "max_grad_norm": cfg.optim.max_grad_norm,
+            "optimizer": "torch.optim.AdamW (default foreach)",
+            "generate_calls": generator.calls,
+            "prompt_tokens_prefilled": generator.prompt_tokens,
+        },
+        "rss_after_load_mib": rss_loaded,
+        "steps": steps,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# TRL
+# ---------------------------------------------------------------------------------------------
+
+
+def trl_config(args: argparse.Namespace, output_dir: str) -> Any:
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": args.prompts * args.group_size,
+        "gradient_accumulation_steps": 1,
+        "num_generations": args.group_size,
+        "max_completion_length": args.max_new_tokens,
+        "num_iterations": 1,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "beta": 0.0,  # no reference model (ours: algo.kl_coef=0)
+        "loss_type": "grpo",  # per-sequence token mean, then mean over sequences (ours)
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,  # clip range of the default recipe
+        "scale_rewards": "group",
+        "learning_rate": args.lr,
+        "lr_scheduler_type": "constant",
+        "max_grad_norm": 1.0,
+        "bf16": False,  # fp32 like ours (TRL's default is bf16)
+        "fp16": False,
+        # TRL's default is True; pointless at 135M (`gradient_checkpointing` is transformers 5's
+        # deprecated alias of `activation_checkpointing`; setting both silences the warning).
+        "activation_checkpointing": False,
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "use_vllm": False,
+        "use_transformers_continuous_batching": args.trl_generation == "continuous_batching",
+        "shuffle_dataset": False,
+        "max_steps": args.warmup + args.steps,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+        "seed": SEED,
+        "dataloader_num_workers": 0,
+    }
+    return GRPOConfig(**kwargs)
+
+
+def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from agentic_rl.config import ModelConfig
+    from agentic_rl.models import bundled_model_dir, load_tokenizer
+    from agentic_rl.rollout.chat import encode_prompt
+
+    torch.manual_seed(SEED)
+    model_path = str(bundled_model_dir(ModelConfig()))
+    total = args.warmup + args.steps
+    messages = prompt_messages(args.prompts * total)
+    dataset = Dataset.from_list([{"prompt": m} for m in messages])
+    tokens_per_step: list[int] = []
+    rewards_per_step: list[list[float]] = []
+
+    def reward_fn(prompts, completions, completion_ids, **kwargs):  # TRL's reward signature
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        tokens_per_step.append(sum(len(ids) for ids in completion_ids))
+        rewards = [parity_reward(t) for t in texts]
+        rewards_per_step.append(rewards)
+        return rewards
+
+    step_times: list[float] = []
+    gen_times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args_, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args_, state, control, **kw):
+            step_times.append(time.perf_counter() - self.t0)
+            i = len(step_times) - 1
+            print(
+                f"[trl] step {i}{' (warm-up)' if i < args.warmup else ''}: {step_times[i]:.2f}s "
+                f"(generate {gen_times[i] if i < len(gen_times) else float('nan'):.2f}s, "
+                f"{tokens_per_step[i] if i < len(tokens_per_step) else 0} tokens)",
+                flush=True,
+            )
+
+    with tempfile.TemporaryDirectory(prefix="trl-bench-") as out_dir:
+        config = trl_config(args, out_dir)
+        # The cached config.json (written from the GGUF load) has no `architectures` entry, which
+        # TRL's `create_model_from_path` needs, so the model is loaded here exactly as TRL would
+        # (AutoModelForCausalLM, fp32) and passed as an instance with its tokenizer.
+        policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        processing = AutoTokenizer.from_pretrained(
+            model_path, padding_side="left", truncation_side="left"
+        )
+        trainer = trl.GRPOTrainer(
+            model=policy,
+            processing_class=processing,
+            reward_funcs=reward_fn,
+            args=config,
+            train_dataset=dataset,
+            callbacks=[StepTimer()],
+        )
+        rss_loaded = rss_mib()
+        # Same prompt tokens as ours? (TRL renders the chat template itself.)
+        tokenizer = load_tokenizer(ModelConfig())
+        ours_ids = [encode_prompt(tokenizer, m) for m in messages[: args.prompts]]
+        try:
+            trl_ids = trainer._tokenize_prompts(messages[: args.prompts])[0]
+            prompts_match = [list(a) for a in trl_ids] == ours_ids
+        except Exception as err:  # private API; the check is informative only
+            prompts_match = f"not checked: {err!r}"
+        # Time generation: wrap generate / generate_batch on the model instance TRL uses.
+        model = trainer.model
+        for name in ("generate", "generate_batch"):
+            original = getattr(model, name, None)
+            if original is None:
+                continue
+
+            def timed(*a, _orig=original, **kw):
+                t = time.perf_counter()
+                try:
+                    return _orig(*a, **kw)
+                finally:
+                    gen_times.append(time.perf_counter() - t)
+
+            setattr(model, name, timed)
+        trainer.train()
+        log_history = list(trainer.state.log_history)
+        gen_kwargs = {k: v for k, v in getattr(trainer, "generation_kwargs", {}).items()}
+        settings = {
+            k: getattr(config, k)
+            for k in (
+                "per_device_train_batch_size",
+                "gradient_accumulation_steps",
+                "num_generations",
+                "generation_batch_size",
+                "steps_per_generation",
+                "max_completion_length",
+                "num_iterations",
+                "temperature",
+                "top_p",
+                "top_k",
+                "beta",
+                "loss_type",
+                "epsilon",
+                "epsilon_high",
+                "scale_rewards",
+                "learning_rate",
+                "lr_scheduler_type",
+                "max_grad_norm",
+                "bf16",
+                "fp16",
+                "gradient_checkpointing",
+                "use_cpu",
+                "use_vllm",
+                "use_transformers_continuous_batching",
+                "cache_implementation",
+                "optim",
+                "shuffle_dataset",
+                "seed",
+            )
+        }
+        settings["generation_path"] = (
+            "model.generate_batch (transformers continuous batching)"
+            if config.use_transformers_continuous_batching
+            else "model.generate (transformers, DynamicCache, left-padded batch of 16)"
+        )
+        settings["generation_kwargs"] = {k: repr(v) for k, v in gen_kwargs.items()}
+        settings["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+        settings["model_dtype"] = str(next(model.parameters()).dtype)
+
+    steps = []
+    n = len(step_times)
+    for i in range(n):
+        rewards = rewards_per_step[i] if i < len(rewards_per_step) else []
+        constant = sum(
+            len(set(rewards[g : g + args.group_size])) == 1
+            for g in range(0, len(rewards), args.group_size)
+        )
+        tokens = tokens_per_step[i] if i < len(tokens_per_step) else 0
+        steps.append(
+            {
+                "step": i,
+                "warmup": i < args.warmup,
+                "step_s": step_times[i],
+                "rollout_s": gen_times[i] if i < len(gen_times) else float("nan"),
+                "update_s": step_times[i] - (gen_times[i] if i < len(gen_times) else 0.0),
+                "completion_tokens": tokens,
+                "mean_completion_len": tokens / max(len(rewards), 1),
+                "reward_mean": sum(rewards) / max(len(rewards), 1),
+                "constant_groups": constant,
+                # TRL runs forward/backward on every row of the batch.
+                "trained_sequences": float(len(rewards)),
+            }
+        )
+    return {
+        "framework": "trl",
+        "trl_version": trl.__version__,
+        "settings": settings,
+        "prompts_token_identical": prompts_match,
+        "rss_after_load_mib": rss_loaded,
+        "steps": steps,
+        "log_history": log_history,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent
+# ---------------------------------------------------------------------------------------------
+
+
+def child_main(args: argparse.Namespace) -> None:
+    import torch
+
+    result = run_ours(args) if args.child == "ours" else run_trl(args)
+    result["peak_rss_mib"] = peak_rss_mib()
+    result["torch_threads"] = torch.get_num_threads()
+    Path(args.result_file).write_text(json.dumps(result, indent=2, default=str))
+
+
+def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    result_file = log_dir / f"{name}.json"
+    log_file = log_dir / f"{name}.log"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--result-file",
+        str(result_file),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--prompts",
+        str(args.prompts),
+        "--group-size",
+        str(args.group_size),
+        "--lr",
+        str(args.lr),
+        "--trl-generation",
+        args.trl_generation,
+    ]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    t0 = time.perf_counter()
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith(("[ours]", "[trl]")):
+                print(line, end="", flush=True)
+        proc.wait()
+    if proc.returncode != 0:
+        tail = log_file.read_text()[-4000:]
+        raise SystemExit(f"{name} child failed (exit {proc.returncode}):\n{tail}")
+    result = json.loads(result_file.read_text())
+    result["child_wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def aggregate(result: dict[str, Any]) -> dict[str, Any]:
+    measured = [s for s in result["steps"] if not s["warmup"]]
+    step = [s["step_s"] for s in measured]
+    rollout = [s["rollout_s"] for s in measured]
+    tokens = sum(s["completion_tokens"] for s in measured)
+    return {
+        "steps_measured": len(measured),
+        "step_s": summary(step),
+        "rollout_s": summary(rollout),
+        "update_s": summary([s["update_s"] for s in measured]),
+        "rollout_tokens_per_s": tokens / sum(rollout),
+        "mean_completion_len": statistics.fmean(s["mean_completion_len"] for s in measured),
+        "trained_sequences": [s["trained_sequences"] for s in measured],
+        "constant_groups": [s["constant_groups"] for s in measured],
+        "peak_rss_mib": result["peak_rss_mib"],
+        "rss_after_load_mib": result["rss_after_load_mib"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=4, help="measured steps per framework")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up steps (not measured)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
+    parser.add_argument("--group-size", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--lr", type=float, default=5e-6)
+    parser.add_argument(
+        "--trl-generation",
+        choices=["generate", "continuous_batching"],
+        default="generate",
+        help="TRL's generation path without vLLM",
+    )
+    parser.add_argument("--only", choices=["ours", "trl"], help="run one framework only")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args)
+        return
+
+    import torch
+    import transformers
+
+    wall0 = time.perf_counter()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
+        # Ours first: if the machine gets quieter during the run, TRL (second) profits.
+        for name in ("ours", "trl"):
+            if args.only and args.only != name:
+                continue
+            results[name] = run_child(name, args, Path(tmp))
+    agg = {name: aggregate(r) for name, r in results.items()}
+
+    print()
+    if "trl" in results:
+        print(f"TRL {results['trl']['trl_version']} GRPOTrainer settings:")
+        for key, value in results["trl"]["settings"].items():
+            print(f"  {key}: {value}")
+        print(f"  prompts token-identical to ours: {results['trl']['prompts_token_identical']}")
+    print()
+    header = (
+        "| framework | step s (median) | min-max | rollout s | update s | rollout tok/s "
+        "| mean completion len | trained seqs/step | peak RSS MiB |"
+    )
+    print(header)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in sorted(agg.items(), key=lambda kv: kv[0] != "trl"):
+        label = f"TRL {results['trl']['trl_version']}" if name == "trl" else "agentic_rl"
+        print(
+            f"| {label} | {r['step_s']['median']:.2f} | {r['step_s']['min']:.2f}-"
+            f"{r['step_s']['max']:.2f} | {r['rollout_s']['median']:.2f} "
+            f"| {r['update_s']['median']:.2f} | {r['rollout_tokens_per_s']:.0f} "
+            f"| {r['mean_completion_len']:.1f} "
+            f"| {'/'.join(str(int(x)) for x in r['trained_sequences'])} "
+            f"| {r['peak_rss_mib']:.0f} |"
+        )
+    speedup = None
+    if len(agg) == 2:
+        speedup = agg["trl"]["step_s"]["median"] / agg["ours"]["step_s"]["median"]
+        rollout_ratio = agg["trl"]["rollout_s"]["median"] / agg["ours"]["rollout_s"]["median"]
+        update_ratio = agg["trl"]["update_s"]["median"] / agg["ours"]["update_s"]["median"]
+        print(
+            f"\nratios TRL/ours (medians): step {speedup:.2f}x, rollout {rollout_ratio:.2f}x, "
+            f"update {update_ratio:.2f}x"
+        )
+    record = {
+        "command": "python " + " ".join(sys.argv),
+        "setup": {
+            "prompts_per_step": args.prompts,
+            "group_size": args.group_size,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": 1.0,
+            "warmup_steps": args.warmup,
+            "measured_steps": args.steps,
+            "reward": "1 if len(completion text without special tokens) is even else 0",
+            "prompts": "search_qa train tasks (seed 0), system + question, chat template",
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "torch_threads": {k: r.get("torch_threads") for k, r in results.items()},
+            "load_average_at_end": os.getloadavg(),
+        },
+        "summary": agg,
+        "speedup_vs_trl": speedup,
+        "raw": results,
+        "bench_wall_s": time.perf_counter() - wall0,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2, default=str))
+    print(f"wrote {args.out} ({record['bench_wall_s']:.0f} s)")
+    if speedup is not None:
+        print(f"speedup_vs_trl: {speedup:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Reward shaping and batch filters on rollout episodes, between the rollout and the advantages.
+
+The math lives in `algos/filters.py` and `algos/losses.py` (pure tensor functions); this module
+applies it to episodes. An episode is a list of training samples (one in episode mode, one per
+env step in step mode); every sample carries its episode's reward, so `samples[0].reward` is
+the episode reward. Episodes of one task share a `group_id`; the filters keep or drop whole
+groups (or, for RoC, sub-sample within a group), never single steps.
+
+Stages, in the order the trainer applies them:
+1. `ttrl_relabel` (TTRL): majority-vote pseudo-labels replace the rewards.
+2. `overlong_penalty` (DAPO soft overlong punishment): added to the rewards.
+3. `roc_select` (rStar2-Agent GRPO-RoC) / `drop_constant_groups` (DAPO dynamic sampling).
+4. `variance_keep` (RAGEN StarPO-S), after dynamic sampling filled the batch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import torch
+
+from agentic_rl.algos.filters import (
+    dynamic_sampling_keep,
+    majority_vote,
+    majority_vote_rewards,
+    reward_variance_keep,
+    roc_downsample,
+    roc_penalties,
+)
+from agentic_rl.algos.losses import overlong_soft_penalty
+from agentic_rl.types import Task, Trajectory
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+
+
+@dataclass
+class Episodes:
+    """Rollout episodes and the task of each (same order)."""
+
+    samples: list[list[Trajectory]] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def extend(self, other: Episodes) -> None:
+        self.samples += other.samples
+        self.tasks += other.tasks
+
+    def select(self, keep: list[int]) -> Episodes:
+        return Episodes([self.samples[i] for i in keep], [self.tasks[i] for i in keep])
+
+    def rewards(self) -> torch.Tensor:
+        """[E] episode rewards."""
+        return torch.tensor([s[0].reward for s in self.samples], dtype=torch.float32)
+
+    def group_ids(self) -> torch.Tensor:
+        """[E] dense group index per episode, in order of first appearance."""
+        index: dict[str, int] = {}
+        return torch.tensor(
+            [index.setdefault(s[0].group_id, len(index)) for s in self.samples], dtype=torch.long
+        )
+
+    def groups(self) -> list[list[int]]:
+        """Episode indices per group, groups in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for i, s in enumerate(self.samples):
+            out.setdefault(s[0].group_id, []).append(i)
+        return list(out.values())
+
+    def first_groups(self, n: int) -> Episodes:
+        """The episodes of the first `n` groups."""
+        return self.select(sorted(i for g in self.groups()[:n] for i in g))
+
+
+def _set_reward(samples: list[Trajectory], reward: float) -> None:
+    for sample in samples:
+        sample.reward = reward
+
+
+def normalize_answer(text: str) -> str:
+    """Canonical answer for voting: lower-case, single spaces, no trailing period; numbers as
+    numbers ("1,905" and "1905.0" vote together)."""
+    text = " ".join(text.strip().lower().split()).rstrip(".")
+    plain = text.replace(",", "")
+    if _NUMBER.match(plain):
+        value = float(plain)
+        return str(int(value)) if value == int(value) else str(value)
+    return text
+
+
+def final_answer(trajectory: Trajectory) -> str | None:
+    """The last `<answer>...</answer>` in the episode's text, normalised; None if absent."""
+    found = _ANSWER.findall(trajectory.completion_text)
+    return normalize_answer(found[-1]) if found else None
+
+
+def ttrl_relabel(episodes: Episodes, train_samples: int) -> tuple[Episodes, dict[str, float]]:
+    """TTRL (Zuo et al. 2025): per task, the majority answer of its N samples is the pseudo-label;
+    reward = 1 if a sample's answer equals it, else 0; the first `train_samples` (M) episodes of
+    each group are kept for training (samples are i.i.d., so the first M are a fair subset).
+    Logs the label accuracy against the gold answers, which TTRL never trains on."""
+    keep, correct_labels, shares = [], [], []
+    for group in episodes.groups():
+        answers = [final_answer(episodes.samples[i][0]) for i in group]
+        label, share = majority_vote(answers)
+        for i, reward in zip(group, majority_vote_rewards(answers, label), strict=True):
+            _set_reward(episodes.samples[i], reward)
+        gold = {normalize_answer(a) for a in episodes.tasks[group[0]].answers}
+        correct_labels.append(float(label is not None and label in gold))
+        shares.append(share)
+        keep += group[:train_samples]
+    metrics = {
+        "ttrl_label_accuracy": sum(correct_labels) / max(len(correct_labels), 1),
+        "ttrl_vote_share": sum(shares) / max(len(shares), 1),
+    }
+    return episodes.select(sorted(keep)), metrics
+
+
+def overlong_penalty(episodes: Episodes, max_length: int, buffer: int) -> dict[str, float]:
+    """DAPO soft overlong punishment, added to each episode's reward in place: 0 up to
+    max_length - buffer response tokens, then linear down to -1 at max_length (DAPO Eq. 13)."""
+    lengths = torch.tensor([s[0].metrics["response_tokens"] for s in episodes.samples])
+    penalties = overlong_soft_penalty(lengths, max_length, buffer)
+    for samples, penalty in zip(episodes.samples, penalties.tolist(), strict=True):
+        _set_reward(samples, samples[0].reward + penalty)
+    return {
+        "overlong_penalty": float(penalties.mean()) if len(penalties) else 0.0,
+        "overlong_penalized": float((penalties < 0).float().mean()) if len(penalties) else 0.0,
+    }
+
+
+def drop_constant_groups(episodes: Episodes) -> Episodes:
+    """DAPO dynamic sampling: keep only groups whose episode rewards are not all equal."""
+    if not len(episodes):
+        return episodes
+    return episodes.select(dynamic_sampling_keep(episodes.rewards(), episodes.group_ids()).tolist())
+
+
+def roc_penalty_of(trajectory: Trajectory) -> list[float]:
+    """The inputs of `roc_penalties` for one episode: tool error share (NaN without tool
+    calls), complete answer blocks, assistant turns, balanced answer tags (1/0)."""
+    calls = trajectory.metrics.get("tool_calls", 0.0)
+    errors = trajectory.metrics.get("tool_errors", 0.0) / calls if calls else math.nan
+    text = trajectory.completion_text
+    balanced = text.count("<answer>") == text.count("</answer>")
+    turns = trajectory.metrics.get("turns", 1.0)
+    return [errors, float(len(_ANSWER.findall(text))), turns, float(balanced)]
+
+
+def roc_select(
+    episodes: Episodes, group_size: int, min_per_class: int
+) -> tuple[Episodes, dict[str, float]]:
+    """GRPO-RoC (Shang et al. 2025, rStar2-Agent): drop equal-reward groups, then down-sample
+    each oversampled group to `group_size` keeping class proportions; positives with the fewest
+    tool errors / format problems first, negatives as they come."""
+    varied = drop_constant_groups(episodes)
+    keep: list[int] = []
+    penalties_kept: list[float] = []
+    for group in varied.groups():
+        stats = torch.tensor([roc_penalty_of(varied.samples[i][0]) for i in group])
+        penalties = roc_penalties(stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3].bool())
+        rewards = torch.tensor([varied.samples[i][0].reward for i in group])
+        chosen = roc_downsample(rewards, penalties, group_size, min_per_class).tolist()
+        keep += [group[j] for j in chosen]
+        penalties_kept += [float(penalties[j]) for j in chosen if rewards[j] > 0]
+    metrics = {"roc_positive_penalty": sum(penalties_kept) / max(len(penalties_kept), 1)}
+    return varied.select(sorted(keep)), metrics
+
+
+def variance_keep(episodes: Episodes, keep_fraction: float) -> Episodes:
+    """StarPO-S (Wang et al. 2025, RAGEN): keep the top `keep_fraction` of groups by reward std."""
+    if keep_fraction >= 1 or not len(episodes):
+        return episodes
+    kept = reward_variance_keep(episodes.rewards(), episodes.group_ids(), keep_fraction)
+    return episodes.select(kept.tolist())
+
+
+def zero_variance_fraction(episodes: Episodes) -> float:
+    """Share of groups whose episode rewards are all equal (no GRPO signal)."""
+    groups = episodes.groups()
+    flat = 0
+    for group in groups:
+        rewards = [episodes.samples[i][0].reward for i in group]
+        flat += max(rewards) - min(rewards) <= 1e-6
+    return flat / max(len(groups), 1)
+
+
+def trr_ids(
+    tasks: list[Task], type_field: str, role_field: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRR++ bucket ids per episode: (task type id, role id) from the tasks' fields."""
+    types: dict[Hashable, int] = {}
+    roles: dict[Hashable, int] = {}
+    type_ids, role_ids = [], []
+    for task in tasks:
+        if type_field not in task.fields:
+            raise ValueError(
+                f"algo.name=trr_pp: task {task.task_id} has no field '{type_field}' "
+                f"(set algo.trr_type_field to one of {sorted(task.fields)})"
+            )
+        role = task.fields.get(role_field, "") if role_field else ""
+        type_ids.append(types.setdefault(str(task.fields[type_field]), len(types)))
+        role_ids.append(roles.setdefault(str(role), len(roles)))
+    return torch.tensor(type_ids, dtype=torch.long), torch.tensor(role_ids, dtype=torch.long)

@@ -1,0 +1,285 @@
+"""`validate(cfg)`: every rule that makes a loaded config fail, with a message naming the keys.
+
+Two kinds of rules: values out of range, and combinations that would be silently ignored or can
+never work (GSPO with token-level aggregation, GiGPO without step-wise rollouts on an env with
+anchor states, dynamic sampling that can never fill a batch...). Re-exported by `config`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentic_rl.config_parse import ConfigError
+
+if TYPE_CHECKING:
+    from agentic_rl.config import Config
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "ppo",
+    "gigpo",
+    "trr_pp",
+)
+# Estimators that give one advantage per sequence (GSPO needs one) / per episode (step mode).
+SEQUENCE_LEVEL = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "trr_pp")
+STEP_MODE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gigpo")
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo")
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+POLICY_LOSSES = ("ppo", "gspo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+ENV_NAMES = ("search_qa", "calculator", "gridworld")
+# Envs whose observations carry an anchor state (Observation.anchor), which GiGPO groups on.
+ANCHORED_ENVS = ("gridworld",)
+ROLLOUT_MODES = ("episode", "step")
+GIGPO_NORMS = ("mean_std_norm", "mean_norm")
+CHAT_FORMATS = ("tags", "hermes")
+DTYPES = ("float32", "bfloat16")
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(choices)}")
+
+
+def _get(cfg: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _check_positive(cfg: Config, keys: list[str], allow_zero: bool = False) -> None:
+    for key in keys:
+        value = _get(cfg, key)
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _default(cfg: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(type(getattr(cfg, section))(), name)
+
+
+def _unused(cfg: Config, keys: list[str], reason: str) -> None:
+    """Keys changed from their defaults that the chosen setup would silently ignore."""
+    for key in keys:
+        if _get(cfg, key) != _default(cfg, key):
+            raise ConfigError(f"{key} is set but does nothing: {reason}")
+
+
+def validate(cfg: Config) -> None:
+    """Reject values that are invalid or would silently do nothing."""
+    _check_choice("algo.name", cfg.algo.name, ADVANTAGE_ESTIMATORS)
+    _check_choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGGREGATIONS)
+    _check_choice("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES)
+    _check_choice("algo.kl_estimator", cfg.algo.kl_estimator, KL_ESTIMATORS)
+    _check_choice("env.name", cfg.env.name, ENV_NAMES)
+    _check_choice("rollout.chat_format", cfg.rollout.chat_format, CHAT_FORMATS)
+    _check_choice("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES)
+    _check_choice("gigpo.norm", cfg.gigpo.norm, GIGPO_NORMS)
+    _check_choice("model.dtype", cfg.model.dtype, DTYPES)
+    _check_positive(
+        cfg,
+        [
+            "rollout.tasks_per_step",
+            "rollout.group_size",
+            "rollout.max_turns",
+            "rollout.max_tokens_per_turn",
+            "rollout.max_total_tokens",
+            "rollout.eval_batch_size",
+            "optim.micro_batch_size",
+            "model.logprob_chunk_size",
+            "algo.epochs",
+            "env.num_eval_tasks",
+            "env.num_train_tasks",
+            "env.topk",
+            "warm_start.epochs",
+            "warm_start.batch_size",
+            "dpo.beta",
+            "dpo.epochs",
+            "dpo.batch_size",
+        ],
+    )
+    _check_positive(
+        cfg,
+        [
+            "trainer.steps",
+            "trainer.eval_every",
+            "trainer.save_every",
+            "trainer.max_minutes",
+            "optim.lr",
+            "optim.warmup_steps",
+            "optim.max_grad_norm",
+            "algo.kl_coef",
+            "algo.entropy_coef",
+            "algo.dual_clip",
+            "rollout.temperature",
+            "rollout.history_window",
+            "warm_start.num_tasks",
+            "env.format_penalty",
+            "gigpo.omega",
+            "filters.overlong_buffer",
+            "filters.ttrl_vote_samples",
+            "dpo.lr",
+        ],
+        allow_zero=True,
+    )
+    if cfg.env.name != "search_qa" and cfg.env.topk != _default(cfg, "env.topk"):
+        raise ConfigError(f"env.topk only applies to search_qa, not env.name={cfg.env.name}")
+    if not 0 < cfg.rollout.top_p <= 1:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
+    _validate_ppo_terms(cfg)
+    if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
+        raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
+    if cfg.rollout.max_tokens_per_turn > cfg.rollout.max_total_tokens:
+        raise ConfigError("rollout.max_tokens_per_turn exceeds rollout.max_total_tokens")
+    _validate_policy_loss(cfg)
+    _validate_step_mode(cfg)
+    _validate_filters(cfg)
+
+
+def _validate_ppo_terms(cfg: Config) -> None:
+    algo = cfg.algo
+    if not 0 <= algo.clip_low < 1 or algo.clip_high < 0:
+        raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
+    if 0 < algo.dual_clip <= 1:
+        raise ConfigError(f"algo.dual_clip must be > 1 (typically 3.0) or 0, got {algo.dual_clip}")
+    if not 0 < algo.gamma <= 1 or not 0 <= algo.lam <= 1:
+        raise ConfigError("algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
+    if algo.kl_in_reward and algo.kl_coef == 0:
+        raise ConfigError("algo.kl_in_reward=true does nothing with algo.kl_coef=0")
+    if algo.kl_in_reward and algo.name not in ("reinforce_pp", "ppo"):
+        raise ConfigError(
+            f"algo.kl_in_reward needs a token-level estimator (reinforce_pp or ppo), "
+            f"not algo.name={algo.name}; use the KL loss term instead"
+        )
+    if algo.name in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"algo.name={algo.name} compares samples of a group: rollout.group_size must be >= 2"
+        )
+    if algo.name != "trr_pp":
+        _unused(cfg, ["algo.trr_type_field", "algo.trr_role_field"], "algo.name is not trr_pp")
+    elif not algo.trr_type_field:
+        raise ConfigError("algo.trr_type_field must name a Task.fields key for algo.name=trr_pp")
+
+
+def _validate_policy_loss(cfg: Config) -> None:
+    algo = cfg.algo
+    if algo.policy_loss == "ppo":
+        _unused(cfg, ["algo.gspo_clip_low", "algo.gspo_clip_high"], "algo.policy_loss is ppo")
+        return
+    if algo.loss_agg != "seq-mean-token-mean":
+        raise ConfigError(
+            "algo.policy_loss=gspo has one ratio per sequence, so the loss is a mean over "
+            f"sequences: algo.loss_agg must be seq-mean-token-mean, not {algo.loss_agg}"
+        )
+    if algo.name not in SEQUENCE_LEVEL:
+        raise ConfigError(
+            f"algo.policy_loss=gspo needs one advantage per sequence; algo.name={algo.name} "
+            f"gives token-level advantages (use one of {', '.join(SEQUENCE_LEVEL)})"
+        )
+    if algo.dual_clip:
+        raise ConfigError("algo.dual_clip applies to the token-level ppo loss, not gspo")
+    _unused(
+        cfg,
+        ["algo.clip_low", "algo.clip_high"],
+        "algo.policy_loss=gspo clips with algo.gspo_clip_low / algo.gspo_clip_high",
+    )
+    if not 0 <= algo.gspo_clip_low < 1 or algo.gspo_clip_high < 0:
+        raise ConfigError("algo.gspo_clip_low must be in [0, 1) and algo.gspo_clip_high >= 0")
+
+
+def _validate_step_mode(cfg: Config) -> None:
+    algo, rollout, gigpo = cfg.algo, cfg.rollout, cfg.gigpo
+    if not 0 < gigpo.gamma <= 1:
+        raise ConfigError(f"gigpo.gamma must be in (0, 1], got {gigpo.gamma}")
+    if not 0 < gigpo.similarity_threshold <= 1:
+        raise ConfigError(
+            f"gigpo.similarity_threshold must be in (0, 1], got {gigpo.similarity_threshold}"
+        )
+    if algo.name == "gigpo":
+        if rollout.mode != "step":
+            raise ConfigError(
+                "algo.name=gigpo trains each env step as its own sample: set rollout.mode=step"
+            )
+        if cfg.env.name not in ANCHORED_ENVS:
+            raise ConfigError(
+                f"algo.name=gigpo groups steps by anchor state, which env.name={cfg.env.name} "
+                f"does not expose (envs with anchors: {', '.join(ANCHORED_ENVS)})"
+            )
+    else:
+        _unused(
+            cfg,
+            ["gigpo.omega", "gigpo.gamma", "gigpo.norm", "gigpo.similarity_threshold"],
+            "algo.name is not gigpo",
+        )
+    if rollout.mode == "episode":
+        _unused(cfg, ["rollout.history_window"], "rollout.mode=episode keeps the whole history")
+        return
+    if algo.name not in STEP_MODE_ESTIMATORS:
+        raise ConfigError(
+            f"rollout.mode=step needs an episode-level estimator to share across the steps of "
+            f"an episode; algo.name={algo.name} is not one of {', '.join(STEP_MODE_ESTIMATORS)}"
+        )
+
+
+def _validate_filters(cfg: Config) -> None:
+    f, rollout = cfg.filters, cfg.rollout
+    if f.max_gen_batches < 1:
+        raise ConfigError(
+            f"filters.max_gen_batches must be >= 1, got {f.max_gen_batches}: "
+            "dynamic sampling could never fill a batch"
+        )
+    if f.dynamic_sampling:
+        if rollout.group_size < 2:
+            raise ConfigError(
+                "filters.dynamic_sampling keeps groups whose rewards differ, which a group of "
+                "rollout.group_size=1 never does: the batch could never fill"
+            )
+        if cfg.env.num_train_tasks < rollout.tasks_per_step:
+            raise ConfigError(
+                f"filters.dynamic_sampling needs rollout.tasks_per_step={rollout.tasks_per_step} "
+                f"distinct tasks per step but env.num_train_tasks={cfg.env.num_train_tasks}: "
+                "the batch could never fill"
+            )
+    else:
+        _unused(cfg, ["filters.max_gen_batches"], "filters.dynamic_sampling is false")
+    if f.overlong_buffer > rollout.max_total_tokens:
+        raise ConfigError(
+            f"filters.overlong_buffer={f.overlong_buffer} exceeds "
+            f"rollout.max_total_tokens={rollout.max_total_tokens}"
+        )
+    if not 0 < f.variance_filter_keep <= 1:
+        raise ConfigError(
+            f"filters.variance_filter_keep must be in (0, 1], got {f.variance_filter_keep}"
+        )
+    if f.variance_filter_keep < 1 and rollout.group_size < 2:
+        raise ConfigError("filters.variance_filter_keep ranks groups: rollout.group_size >= 2")
+    if f.roc:
+        if f.roc_oversample < 1 or f.roc_min_per_class < 0:
+            raise ConfigError("filters.roc_oversample must be >= 1, roc_min_per_class >= 0")
+        if rollout.group_size < 2 * f.roc_min_per_class:
+            raise ConfigError(
+                f"filters.roc keeps >= {f.roc_min_per_class} positives and negatives per group: "
+                f"rollout.group_size={rollout.group_size} must be >= 2 x roc_min_per_class"
+            )
+    else:
+        _unused(cfg, ["filters.roc_oversample", "filters.roc_min_per_class"], "filters.roc=false")
+    if f.ttrl_vote_samples:
+        if f.ttrl_vote_samples < max(rollout.group_size, 2):
+            raise ConfigError(
+                f"filters.ttrl_vote_samples={f.ttrl_vote_samples} must be >= 2 and >= "
+                f"rollout.group_size={rollout.group_size} (vote on N, train on M <= N)"
+            )
+        if f.roc:
+            raise ConfigError("filters.ttrl_vote_samples and filters.roc both set the samples")
+    if rollout.mode == "step":
+        for key in ("filters.overlong_filter", "filters.overlong_buffer", "filters.roc"):
+            if _get(cfg, key):
+                raise ConfigError(
+                    f"{key} judges a whole episode's tokens; it does not apply to rollout.mode=step"
+                )
+        if f.ttrl_vote_samples:
+            raise ConfigError("filters.ttrl_vote_samples votes on final answers: rollout.mode=step")

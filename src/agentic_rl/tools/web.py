@@ -1,0 +1,350 @@
+"""Web tools for DeepResearcher / ASearcher: `web_search` and `browse_webpage`.
+
+Both tools sit behind a `WebProvider` (`search(query, k) -> [{"title", "url", "snippet"}]`,
+`fetch(url) -> html or text`):
+
+- `LocalFakeProvider`: an in-memory web (pages you give it, or Search-R1 corpus documents served
+  as pages); what every test and CPU recipe uses. It never touches the network.
+- `HttpSearchProvider`: a generic HTTP JSON search API (endpoint, API key from an environment
+  variable, a dotted path to the results list) plus plain HTTP page fetches. It is OFF by
+  default: it refuses to be built unless `enabled=True` or AGENTIC_RL_ENABLE_WEB=1.
+- `CachedWebProvider`: record/replay JSONL cache in front of any provider (DeepResearcher trains
+  against a cached web the same way; retrieval/client.py does this for the retriever), so a run
+  can be repeated offline.
+
+`browse_webpage` passes pages through a `PageReader` (tools/page_reader.py) that keeps the parts
+relevant to the question within a character budget. Failures are `WebError`s (ToolErrors): the
+agent sees a message, the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.page_reader import PageReader, html_title, html_to_text, looks_like_html
+
+SearchHit = dict[str, str]
+ENABLE_ENV = "AGENTIC_RL_ENABLE_WEB"
+_WORD = re.compile(r"\w+")
+
+
+class WebError(ToolError):
+    """A web search or fetch failed; the message is shown to the agent."""
+
+
+class WebDisabledError(RuntimeError):
+    """A real web provider was requested while web access is off."""
+
+
+@runtime_checkable
+class WebProvider(Protocol):
+    def search(self, query: str, k: int) -> list[SearchHit]: ...
+
+    def fetch(self, url: str) -> str: ...
+
+
+@dataclass
+class LocalFakeProvider:
+    """An in-memory web: `pages` maps url -> html or text. Search scores pages by TF-IDF of the
+    query terms over title + text (ties by url order); `calls` counts requests for tests."""
+
+    pages: dict[str, str]
+    snippet_chars: int = 200
+    calls: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._docs: dict[str, tuple[str, str]] = {}
+        for url, page in self.pages.items():
+            text = html_to_text(page) if looks_like_html(page) else page.strip()
+            title = html_title(page) or (text.splitlines()[0][:80] if text else url)
+            self._docs[url] = (title, text)
+        self._terms = {
+            url: Counter(_WORD.findall(f"{title}\n{text}".lower()))
+            for url, (title, text) in self._docs.items()
+        }
+
+    @classmethod
+    def from_corpus(
+        cls, corpus: Sequence[Mapping[str, str]], base_url: str = "https://local.test/doc/"
+    ) -> LocalFakeProvider:
+        """Serve Search-R1 documents (`{"id", "contents"}`) as HTML pages at base_url + id."""
+        pages = {}
+        for doc in corpus:
+            title, _, text = doc["contents"].partition("\n")
+            title = escape(title.strip().strip('"'))
+            pages[f"{base_url}{doc['id']}"] = (
+                f"<html><head><title>{title}</title></head><body><h1>{title}</h1>"
+                f"<p>{escape(text)}</p></body></html>"
+            )
+        return cls(pages)
+
+    def search(self, query: str, k: int) -> list[SearchHit]:
+        self.calls["search"] += 1
+        terms = set(_WORD.findall(query.lower()))
+        n = len(self._terms)
+        scored = []
+        for order, (url, counts) in enumerate(self._terms.items()):
+            score = 0.0
+            for term in terms:
+                if counts[term]:
+                    df = sum(1 for c in self._terms.values() if c[term])
+                    score += (1 + math.log(counts[term])) * math.log(1 + n / df)
+            if score > 0:
+                scored.append((-score, order, url))
+        hits = []
+        for _, _, url in sorted(scored)[:k]:
+            title, text = self._docs[url]
+            hits.append({"title": title, "url": url, "snippet": text[: self.snippet_chars]})
+        return hits
+
+    def fetch(self, url: str) -> str:
+        self.calls["fetch"] += 1
+        if url not in self.pages:
+            raise WebError(f"page not found: {url}")
+        return self.pages[url]
+
+
+def _dig(payload: Any, path: str) -> Any:
+    for key in filter(None, path.split(".")):
+        payload = payload.get(key) if isinstance(payload, Mapping) else None
+    return payload
+
+
+@dataclass
+class HttpSearchProvider:
+    """A generic HTTP JSON search API (GET endpoint?q=...&count=k) and HTTP page fetches.
+
+    OFF by default: construction raises WebDisabledError unless `enabled=True` or the environment
+    has AGENTIC_RL_ENABLE_WEB=1. The API key is read from the `api_key_env` variable at request
+    time and sent as `api_key_header: api_key_prefix + key`. Results are the list at the dotted
+    `results_path` of the reply; each item's title/url/snippet come from the `*_key` fields.
+    `transport` is an optional httpx transport (tests pass httpx.MockTransport)."""
+
+    endpoint: str
+    api_key_env: str = "AGENTIC_RL_WEB_API_KEY"
+    enabled: bool = False
+    results_path: str = "results"
+    query_param: str = "q"
+    count_param: str = "count"
+    title_key: str = "title"
+    url_key: str = "url"
+    snippet_key: str = "snippet"
+    api_key_header: str = "Authorization"
+    api_key_prefix: str = "Bearer "
+    timeout_s: float = 10.0
+    max_page_chars: int = 1_000_000
+    transport: Any = None
+    _http: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (self.enabled or os.environ.get(ENABLE_ENV) == "1"):
+            raise WebDisabledError(
+                "real web access is off: pass enabled=True (or set AGENTIC_RL_ENABLE_WEB=1) to "
+                "let HttpSearchProvider make network requests"
+            )
+        import httpx  # lazy: only real web users need it
+
+        self._http = httpx.Client(
+            timeout=self.timeout_s, follow_redirects=True, transport=self.transport
+        )
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise WebError(f"web search is not configured: set {self.api_key_env}")
+        return {self.api_key_header: self.api_key_prefix + key}
+
+    def search(self, query: str, k: int) -> list[SearchHit]:
+        import httpx
+
+        params = {self.query_param: query, self.count_param: k}
+        try:
+            response = self._http.get(self.endpoint, params=params, headers=self._headers())
+            response.raise_for_status()
+            items = _dig(response.json(), self.results_path)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise WebError(f"web search failed ({type(exc).__name__})") from None
+        if not isinstance(items, list):
+            raise WebError(f"web search reply has no list at '{self.results_path}'")
+        hits = []
+        for item in items[:k]:
+            if isinstance(item, Mapping) and item.get(self.url_key):
+                hits.append(
+                    {
+                        "title": str(item.get(self.title_key, "")),
+                        "url": str(item[self.url_key]),
+                        "snippet": str(item.get(self.snippet_key, "")),
+                    }
+                )
+        return hits
+
+    def fetch(self, url: str) -> str:
+        import httpx
+
+        if not re.match(r"https?://", url):
+            raise WebError(f"not an http(s) url: {url}")
+        try:
+            response = self._http.get(url)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise WebError(f"could not fetch {url} ({type(exc).__name__})") from None
+        kind = response.headers.get("content-type", "text/html")
+        if not kind.startswith(("text/", "application/xhtml")):
+            raise WebError(f"{url} is not a text page ({kind})")
+        return response.text[: self.max_page_chars]
+
+    def close(self) -> None:
+        self._http.close()
+
+
+CacheMode = Literal["record", "replay"]
+
+
+class CachedWebProvider:
+    """Record/replay JSONL cache of searches and fetches in front of `provider`.
+
+    One line per answer: `{"kind": "search", "query", "k", "result": [hits]}` or
+    `{"kind": "fetch", "url", "result": text}`, appended and flushed at once. "record": answer
+    from the cache, else ask the provider and store; "replay": cache only (no provider needed),
+    a miss is a WebError. Failed requests are not cached."""
+
+    def __init__(
+        self, provider: WebProvider | None, path: str | Path, mode: CacheMode = "record"
+    ) -> None:
+        if mode not in ("record", "replay"):
+            raise ValueError(f"cache mode must be 'record' or 'replay', got {mode!r}")
+        if mode == "record" and provider is None:
+            raise ValueError("record mode needs a provider")
+        self.provider, self.path, self.mode = provider, Path(path), mode
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, Any] = {}
+        if mode == "replay" and not self.path.is_file():
+            raise FileNotFoundError(f"replay cache {self.path} not found; record it first")
+        if self.path.is_file():
+            for lineno, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    self._entries[self._key(row)] = row["result"]
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise ValueError(f"{self.path}:{lineno}: bad cache line ({exc})") from None
+
+    @staticmethod
+    def _key(row: Mapping[str, Any]) -> tuple:
+        if row["kind"] == "search":
+            return ("search", row["query"], int(row["k"]))
+        return ("fetch", row["url"])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _get(self, row: dict[str, Any], ask: Any) -> Any:
+        key = self._key(row)
+        if key in self._entries:
+            return self._entries[key]
+        if self.mode == "replay":
+            raise WebError(f"no cached {key[0]} for {key[1]!r} in replay cache {self.path}")
+        result = ask()
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = result
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as handle:
+                    line = json.dumps({**row, "result": result}, ensure_ascii=False)
+                    handle.write(line + "\n")
+        return result
+
+    def search(self, query: str, k: int) -> list[SearchHit]:
+        provider = self.provider
+        row = {"kind": "search", "query": query, "k": k}
+        return self._get(row, lambda: provider.search(query, k))  # type: ignore[union-attr]
+
+    def fetch(self, url: str) -> str:
+        provider = self.provider
+        row = {"kind": "fetch", "url": url}
+        return self._get(row, lambda: provider.fetch(url))  # type: ignore[union-attr]
+
+
+def format_hits(hits: Sequence[SearchHit]) -> str:
+    """Search hits as numbered entries: title, URL, snippet."""
+    return "\n".join(
+        f"{i}. {hit['title']}\nURL: {hit['url']}\n{hit['snippet']}".rstrip()
+        for i, hit in enumerate(hits, start=1)
+    )
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+@dataclass
+class WebSearchTool:
+    """Tool "web_search": the top `k` hits for a query (title, URL, snippet)."""
+
+    provider: WebProvider
+    k: int = 5
+    name: str = "web_search"
+    description: str = "Search the web; returns titles, URLs and snippets of the top pages."
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: _schema({"query": {"type": "string"}}, ["query"])
+    )
+    result_tag: str = "information"
+
+    def __call__(self, query: str) -> str:
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("empty search query; write the words to search for")
+        hits = self.provider.search(query.strip(), self.k)
+        return format_hits(hits) if hits else f"No results found for '{query.strip()}'."
+
+
+@dataclass
+class BrowseWebpageTool:
+    """Tool "browse_webpage": fetch a URL and return the parts relevant to the question (the
+    `question` argument, else the task question set with `set_task`)."""
+
+    provider: WebProvider
+    reader: PageReader = field(default_factory=PageReader)
+    question: str = ""
+    name: str = "browse_webpage"
+    description: str = "Open a web page by URL and read the parts relevant to the question."
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: _schema(
+            {"url": {"type": "string"}, "question": {"type": "string"}}, ["url"]
+        )
+    )
+    result_tag: str = "information"
+
+    def set_task(self, question: str, answers: Sequence[str] = ()) -> None:
+        """Read pages for this question from now on (answers are not used)."""
+        self.question = question
+
+    def __call__(self, url: str, question: str = "") -> str:
+        if not isinstance(url, str) or not url.strip():
+            raise ToolError("empty url; write the address of the page to open")
+        page = self.provider.fetch(url.strip())
+        text = self.reader.read(page, question or self.question)
+        return f"Page: {url.strip()}\n{text}" if text else f"Page {url.strip()} has no text."
+
+
+def make_web_tools(
+    provider: WebProvider, reader: PageReader | None = None, k: int = 5
+) -> list[WebSearchTool | BrowseWebpageTool]:
+    """The DeepResearcher tool pair over one provider."""
+    return [WebSearchTool(provider, k=k), BrowseWebpageTool(provider, reader or PageReader())]

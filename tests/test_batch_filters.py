@@ -1,0 +1,119 @@
+"""Reward shaping and batch filters applied to rollout episodes (batch_filters.py)."""
+
+import pytest
+
+from agentic_rl import batch_filters as bf
+from agentic_rl.batch_filters import Episodes
+from agentic_rl.types import Task, Trajectory
+
+
+def episode(reward, group, text="", **metrics):
+    base = {"response_tokens": 10.0, "tool_calls": 0.0, "tool_errors": 0.0, "turns": 1.0}
+    t = Trajectory(
+        token_ids=[1, 2],
+        loss_mask=[0, 1],
+        logprobs=[0.0, 0.0],
+        prompt_length=1,
+        reward=reward,
+        group_id=group,
+        metrics={**base, **metrics},
+        completion_text=text,
+    )
+    return [t]
+
+
+def batch(rewards_by_group, **kw):
+    samples, tasks = [], []
+    for g, rewards in rewards_by_group.items():
+        for r in rewards:
+            samples.append(episode(r, g, **kw))
+            tasks.append(Task(task_id=g, prompt="", answers=["42"], fields={"kind": g[0]}))
+    return Episodes(samples, tasks)
+
+
+def rewards(episodes):
+    return [s[0].reward for s in episodes.samples]
+
+
+def test_groups_selection_and_first_groups_keep_batch_order():
+    eps = batch({"a": [0, 1], "b": [1, 1], "c": [0, 0.5]})
+    assert eps.groups() == [[0, 1], [2, 3], [4, 5]]
+    assert eps.group_ids().tolist() == [0, 0, 1, 1, 2, 2]
+    assert rewards(eps.first_groups(2)) == [0, 1, 1, 1]
+    assert [t.task_id for t in eps.select([5, 0]).tasks] == ["c", "a"]
+
+
+def test_drop_constant_groups_is_dapo_dynamic_sampling():
+    eps = batch({"a": [0, 1], "b": [1, 1], "c": [0, 0], "d": [0.2, 0.1]})
+    kept = bf.drop_constant_groups(eps)
+    assert [s[0].group_id for s in kept.samples] == ["a", "a", "d", "d"]
+    assert bf.zero_variance_fraction(eps) == 0.5
+    assert len(bf.drop_constant_groups(Episodes())) == 0
+
+
+def test_overlong_penalty_is_added_to_every_sample_of_an_episode():
+    eps = Episodes([episode(1.0, "a", response_tokens=n) for n in (10, 90, 120)], [])
+    eps.samples[1].append(episode(1.0, "a", response_tokens=90)[0])  # a second step
+    metrics = bf.overlong_penalty(eps, max_length=100, buffer=20)
+    # L_exp = 80: 10 -> 0; 90 -> (80 - 90) / 20 = -0.5; 120 > 100 -> -1
+    assert rewards(eps) == [1.0, 0.5, 0.0]
+    assert eps.samples[1][1].reward == 0.5
+    assert metrics["overlong_penalty"] == pytest.approx(-0.5)
+    assert metrics["overlong_penalized"] == pytest.approx(2 / 3)
+
+
+def test_ttrl_majority_vote_relabels_and_keeps_m_of_n():
+    texts = ["<answer>42</answer>", "x <answer>42.0</answer>", "<answer>7</answer>", "no answer"]
+    eps = Episodes(
+        [episode(0.0, "a", text=t) for t in texts] + [episode(0.0, "b", text="<answer>5</answer>")],
+        [Task("a", "", ["42"])] * 4 + [Task("b", "", ["6"])],
+    )
+    kept, metrics = bf.ttrl_relabel(eps, train_samples=3)
+    assert rewards(eps) == [1.0, 1.0, 0.0, 0.0, 1.0]  # the vote is the label, gold is not used
+    assert rewards(kept) == [1.0, 1.0, 0.0, 1.0]  # first 3 of group a, 1 of group b
+    assert metrics["ttrl_label_accuracy"] == 0.5  # a's label 42 is right, b's 5 is wrong
+    assert metrics["ttrl_vote_share"] == pytest.approx((2 / 4 + 1) / 2)
+
+
+def test_normalize_answer_for_voting():
+    assert bf.normalize_answer(" 1,905. ") == "1905"
+    assert bf.normalize_answer("2.50") == "2.5"
+    assert bf.normalize_answer("The  Cat") == "the cat"
+
+
+def test_roc_keeps_cleanest_positives_and_class_proportions():
+    # 4 samples of one task (oversample 2 x G=2); positives: one with a tool error, one clean
+    eps = Episodes(
+        [
+            episode(1.0, "a", "<answer>1</answer>", tool_calls=2.0, tool_errors=1.0),
+            episode(1.0, "a", "<answer>1</answer>", tool_calls=2.0, tool_errors=0.0),
+            episode(0.0, "a", "<answer>2</answer>"),
+            episode(0.0, "a", "<answer>2</answer><answer>"),
+        ]
+        + [episode(0.0, "b") for _ in range(4)],  # constant group: dropped
+        [Task("a", "")] * 4 + [Task("b", "")] * 4,
+    )
+    kept, metrics = bf.roc_select(eps, group_size=2, min_per_class=1)
+    assert [s[0].metrics["tool_errors"] for s in kept.samples] == [0.0, 0.0]
+    assert rewards(kept) == [1.0, 0.0]
+    assert kept.samples[1] is eps.samples[2]  # negatives as they come
+    assert metrics["roc_positive_penalty"] == 0.0
+    stats = bf.roc_penalty_of(eps.samples[3][0])
+    assert stats[0] != stats[0] and stats[1:] == [1.0, 1.0, 0.0]  # NaN, 1 answer, unbalanced
+
+
+def test_variance_keep_is_starpo_s():
+    eps = batch({"a": [0, 0.1], "b": [0, 1], "c": [1, 1], "d": [0, 0.5]})
+    kept = bf.variance_keep(eps, 0.5)
+    assert sorted({s[0].group_id for s in kept.samples}) == ["b", "d"]
+    assert bf.variance_keep(eps, 1.0) is eps
+
+
+def test_trr_ids_and_missing_field():
+    tasks = [Task("1", "", fields={"t": "ded", "r": "solve"}), Task("2", "", fields={"t": "abd"})]
+    tasks.append(Task("3", "", fields={"t": "ded", "r": "propose"}))
+    types, roles = bf.trr_ids(tasks, "t", "r")
+    assert types.tolist() == [0, 1, 0] and roles.tolist() == [0, 1, 2]
+    assert bf.trr_ids(tasks, "t", "")[1].tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="has no field 'kind'"):
+        bf.trr_ids(tasks, "kind", "")
