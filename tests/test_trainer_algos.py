@@ -38,7 +38,9 @@ def test_training_step_runs_and_moves_the_weights(overrides):
     for key in ("reward", "success", "entropy", "clip_frac", "kl", "grad_norm", "tokens_per_s"):
         assert key in metrics and metrics[key] == metrics[key], key  # present and not NaN
     assert metrics["skipped_update"] == 0.0
-    moved = any(not torch.equal(a, b) for a, b in zip(before, setup.policy.parameters(), strict=True))
+    moved = any(
+        not torch.equal(a, b) for a, b in zip(before, setup.policy.parameters(), strict=True)
+    )
     assert moved
     if cfg.algo.kl_coef > 0:
         assert setup.reference is not None
