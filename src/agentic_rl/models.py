@@ -77,6 +77,7 @@ def bundled_model_dir(cfg: ModelConfig | None = None) -> Path:
         config = model.config
         if hasattr(config, "quantization_config"):
             del config.quantization_config
+        config.architectures = [type(model).__name__]  # loaders such as TRL's need it
         config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if target.exists():
