@@ -61,7 +61,9 @@ def test_infinite_loop_hits_the_wall_time_limit(pool):
     start = time.monotonic()
     result = pool.run("while True:\n    pass", timeout_s=1.0)
     assert result.timed_out and not result.ok
-    assert "wall time limit of 1 s" in result.error
+    # A busy loop spends CPU as fast as wall time, so on an idle machine the 1 s CPU limit can
+    # fire first; either limit stopping it is correct (the CPU limit has its own test below).
+    assert "time limit of 1 s" in result.error
     assert time.monotonic() - start < 5
     assert_pool_healthy(pool)
 
