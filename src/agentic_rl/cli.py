@@ -147,7 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # Overrides after a flag (`train R --smoke a.b=c`) arrive as unknown args; take those.
+    if (
+        extra
+        and hasattr(args, "overrides")
+        and all("=" in e and not e.startswith("-") for e in extra)
+    ):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # `train a.b=c` without a recipe: argparse takes the first override as the recipe name.
     if getattr(args, "recipe", None) and "=" in args.recipe:
         args.overrides = [args.recipe, *args.overrides]

@@ -77,7 +77,8 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     name: str = "search_qa"
-    """Environment: "search_qa", "calculator" or "gridworld" (multi-step, for GiGPO)."""
+    """Environment: "search_qa", "multihop_qa" (two-hop search), "calculator", "math_tool"
+    (python sandbox), "math_text" (no tools), "code_repair" or "gridworld" (multi-step, GiGPO)."""
     num_train_tasks: int = 2000
     """Training tasks generated from `seed` (sampled with replacement per step)."""
     num_eval_tasks: int = 100
@@ -85,11 +86,14 @@ class EnvConfig:
     seed: int = 0
     """Seed of the task generators (and of the search corpus)."""
     topk: int = 3
-    """Documents returned per search (search_qa only)."""
+    """Documents returned per search (envs with a search tool)."""
     format_penalty: float = 0.1
     """Reward subtracted for a malformed action or a turn without any action."""
     tool_timeout_s: float = 10.0
     """A tool call running longer than this returns an error observation."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Env-specific settings: each key goes to the env constructor and/or the task generator
+    parameter of that name (e.g. {reward: f1, num_entities: 400}); unknown keys fail at load."""
 
 
 @dataclass

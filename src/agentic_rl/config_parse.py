@@ -43,6 +43,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError:
                 continue
         raise ConfigError(f"{key}: {value!r} is not a valid {tp}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -31,12 +31,20 @@ GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo")
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 POLICY_LOSSES = ("ppo", "gspo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-ENV_NAMES = ("search_qa", "calculator", "gridworld")
+ENV_NAMES = (
+    "search_qa",
+    "multihop_qa",
+    "calculator",
+    "math_tool",
+    "math_text",
+    "code_repair",
+    "gridworld",
+)
 # Envs whose observations carry an anchor state (Observation.anchor), which GiGPO groups on.
 ANCHORED_ENVS = ("gridworld",)
 ROLLOUT_MODES = ("episode", "step")
 GIGPO_NORMS = ("mean_std_norm", "mean_norm")
-CHAT_FORMATS = ("tags", "hermes")
+CHAT_FORMATS = ("tags", "hermes", "retool", "retool_text", "hermes_multi", "swe_rl")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -126,8 +134,7 @@ def validate(cfg: Config) -> None:
         ],
         allow_zero=True,
     )
-    if cfg.env.name != "search_qa" and cfg.env.topk != _default(cfg, "env.topk"):
-        raise ConfigError(f"env.topk only applies to search_qa, not env.name={cfg.env.name}")
+    _validate_env_options(cfg)
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
     _validate_ppo_terms(cfg)
@@ -283,3 +290,14 @@ def _validate_filters(cfg: Config) -> None:
                 )
         if f.ttrl_vote_samples:
             raise ConfigError("filters.ttrl_vote_samples votes on final answers: rollout.mode=step")
+
+
+def _validate_env_options(cfg: Config) -> None:
+    from agentic_rl.envs import env_parameters, split_options  # heavy imports: only here
+
+    if cfg.env.topk != _default(cfg, "env.topk") and "topk" not in env_parameters(cfg.env.name):
+        raise ConfigError(f"env.topk does nothing: env.name={cfg.env.name} has no search tool")
+    try:
+        split_options(cfg.env.name, cfg.env.options)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err

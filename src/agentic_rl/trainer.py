@@ -28,7 +28,7 @@ from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.batch_filters import Episodes
 from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentic_rl.config import Config
-from agentic_rl.envs import TASKS, make_env
+from agentic_rl.envs.from_config import make_envs, make_tasks
 from agentic_rl.learner import TrainBatch, collate_episodes, compute_advantages, forward_no_grad
 from agentic_rl.learner import update as learner_update
 from agentic_rl.logging import RunLogger
@@ -59,27 +59,11 @@ class Setup:
     value_head: nn.Module | None = None
 
 
-def env_kwargs(cfg: Config) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "format_penalty": cfg.env.format_penalty,
-        "tool_timeout_s": cfg.env.tool_timeout_s,
-    }
-    if cfg.env.name == "search_qa":
-        kwargs["corpus_seed"] = cfg.env.seed
-        kwargs["topk"] = cfg.env.topk
-    return kwargs
-
-
-def make_envs(cfg: Config, n: int) -> list[Any]:
-    return [make_env(cfg.env.name, **env_kwargs(cfg)) for _ in range(n)]
-
-
 def build(cfg: Config) -> Setup:
     torch.manual_seed(cfg.trainer.seed)
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
     check_prefix_preserving(tokenizer)
     tools = make_envs(cfg, 1)[0].tools
-    make_tasks = TASKS[cfg.env.name]
     setup = Setup(
         cfg=cfg,
         policy=policy,
@@ -90,8 +74,8 @@ def build(cfg: Config) -> Setup:
             max_batch_size=max(cfg.rollout.eval_batch_size, cfg.rollout.group_size),
         ),
         fmt=make_chat_format(cfg.rollout.chat_format, tools, tokenizer),
-        train_tasks=make_tasks("train", cfg.env.num_train_tasks, cfg.env.seed),
-        eval_tasks=make_tasks("eval", cfg.env.num_eval_tasks, cfg.env.seed),
+        train_tasks=make_tasks(cfg, "train"),
+        eval_tasks=make_tasks(cfg, "eval"),
     )
     if cfg.algo.kl_coef > 0:
         setup.reference = frozen_copy(policy)
@@ -101,11 +85,17 @@ def build(cfg: Config) -> Setup:
 
 
 def play(
-    setup: Setup, tasks: list[Task], groups: list[str], act: Actor, seed: int
+    setup: Setup,
+    tasks: list[Task],
+    groups: list[str],
+    act: Actor,
+    seed: int,
+    progress: float | None = None,
 ) -> list[list[Trajectory]]:
-    """Run one episode per task in the configured rollout mode; samples per episode."""
+    """Run one episode per task in the configured rollout mode; samples per episode.
+    `progress` (fraction of RL done) reaches envs that take it; None = the env's default."""
     cfg = setup.cfg.rollout
-    envs = make_envs(setup.cfg, len(tasks))
+    envs = make_envs(setup.cfg, len(tasks), progress)
     if cfg.mode == "step":
         return run_stepwise(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
     trajectories = run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
@@ -117,7 +107,8 @@ def rollout(setup: Setup, tasks: list[Task], group_size: int, seed: int, step: i
     expanded = [task for task in tasks for _ in range(group_size)]
     groups = [f"{step}:{task.task_id}" for task in expanded]
     act = policy_actor(setup.generator, setup.fmt, setup.cfg.rollout, seed=seed)
-    return Episodes(play(setup, expanded, groups, act, seed), expanded)
+    progress = min(1.0, (step - 1) / max(setup.cfg.trainer.steps, 1))
+    return Episodes(play(setup, expanded, groups, act, seed, progress), expanded)
 
 
 def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, float]]:

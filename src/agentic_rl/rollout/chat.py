@@ -169,7 +169,11 @@ def make_chat_format(name: str, tools: Sequence[Any], tokenizer: Any) -> ChatFor
         return TagFormat(tools)
     if name == "hermes":
         return HermesFormat(tools, tokenizer)
-    raise ValueError(f"unknown chat format {name!r} (valid: tags, hermes)")
+    from agentic_rl.rollout.formats_tir import FORMATS, make_tir_format  # imports this module
+
+    if name in FORMATS:
+        return make_tir_format(name, tools, tokenizer)
+    raise ValueError(f"unknown chat format {name!r} (valid: hermes, {', '.join(FORMATS)})")
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -1,0 +1,48 @@
+"""Envs and tasks from a `Config`: the trainer's only door into `agentic_rl.envs`.
+
+The settings every env understands come from named `env.*` fields (format_penalty,
+tool_timeout_s, topk, seed) and are passed only to envs whose constructor takes them; anything
+env-specific comes from `env.options`. Envs whose constructor takes `progress` (a float in [0, 1],
+the fraction of training done) get it, which is how curricula (ZeroSearch's noise schedule)
+follow the run without a callback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentic_rl.config import Config
+from agentic_rl.envs import TASKS, env_parameters, make_env, split_options, task_parameters
+from agentic_rl.envs.base import Env
+from agentic_rl.types import Task
+
+
+def env_kwargs(cfg: Config, progress: float | None = None) -> dict[str, Any]:
+    """Constructor kwargs of the configured env (`progress` only where the env takes it)."""
+    accepted = env_parameters(cfg.env.name)
+    common = {
+        "format_penalty": cfg.env.format_penalty,
+        "tool_timeout_s": cfg.env.tool_timeout_s,
+        "topk": cfg.env.topk,
+        "corpus_seed": cfg.env.seed,
+        "progress": progress,
+    }
+    kwargs = {k: v for k, v in common.items() if k in accepted and v is not None}
+    kwargs.update(split_options(cfg.env.name, cfg.env.options)[0])
+    return kwargs
+
+
+def make_envs(cfg: Config, n: int, progress: float | None = None) -> list[Env]:
+    """`n` fresh envs (one per episode of a batch)."""
+    kwargs = env_kwargs(cfg, progress)
+    return [make_env(cfg.env.name, **kwargs) for _ in range(n)]
+
+
+def make_tasks(cfg: Config, split: str) -> list[Task]:
+    """The configured number of `split` ("train" or "eval") tasks, generated from env.seed."""
+    kwargs: dict[str, Any] = {}
+    if "corpus_seed" in task_parameters(cfg.env.name):
+        kwargs["corpus_seed"] = cfg.env.seed
+    kwargs.update(split_options(cfg.env.name, cfg.env.options)[1])
+    n = cfg.env.num_train_tasks if split == "train" else cfg.env.num_eval_tasks
+    return TASKS[cfg.env.name](split, n, cfg.env.seed, **kwargs)
