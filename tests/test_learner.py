@@ -3,8 +3,8 @@ import copy
 import pytest
 import torch
 
-from agentic_rl.config import load_config
-from agentic_rl.learner import collate, compute_advantages, update
+from agentic_rl.config import ConfigError, load_config
+from agentic_rl.learner import collate, compute_advantages, unmask_observations, update
 from agentic_rl.types import Trajectory
 
 
@@ -123,3 +123,31 @@ def test_masked_tokens_do_not_affect_the_update(tiny, tokenizer):
         outs.append(model)
     for a, b in zip(outs[0].parameters(), outs[1].parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_unmask_observations_puts_every_post_prompt_token_in_the_loss():
+    t = traj([5, 6, 7, 8, 9], [0, 0, 1, 0, 1], 1.0, "g", turns=[(2, 3), (4, 5)], steps=[0, 1])
+    u = unmask_observations(t)
+    assert u.loss_mask == [0, 0, 1, 1, 1] and t.loss_mask == [0, 0, 1, 0, 1]
+    assert u.token_ids == t.token_ids and u.turn_spans == t.turn_spans
+
+
+def test_training_on_observations_changes_the_update(tiny, tokenizer):
+    """The ablation's defining effect: observation tokens now carry policy gradient."""
+    cfg = load_config(None, ["model.name=tiny"])
+    trajs = random_batch(tokenizer)
+    assert any(0 in t.loss_mask[t.prompt_length :] for t in trajs)  # there are observations
+    outs = []
+    for batch_trajs in (trajs, [unmask_observations(t) for t in trajs]):
+        model = copy.deepcopy(tiny)
+        batch = collate(batch_trajs, 0)
+        compute_advantages(batch, cfg.algo)
+        update(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, cfg)
+        outs.append(model)
+    pairs = zip(outs[0].parameters(), outs[1].parameters(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in pairs)
+
+
+def test_train_on_observations_refuses_stale_ratios():
+    with pytest.raises(ConfigError, match="train_on_observations"):
+        load_config(None, ["rollout.train_on_observations=true", "algo.epochs=2"])

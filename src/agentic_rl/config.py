@@ -9,7 +9,9 @@ value of the wrong type or a setting that makes no sense for the chosen algorith
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,13 +74,34 @@ class ModelConfig:
     tensor is never materialised for the whole batch."""
     cache_dir: str = ""
     """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
+    lora_rank: int = 0
+    """LoRA rank r (PEFT, extra `agentic-rl[peft]`); 0 = full fine-tuning. With r > 0 only the
+    adapters train, the KL reference is the base model with the adapter switched off (no second
+    copy), and checkpoints and weight syncs to the generator carry the adapter only."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapted layer computes W x + (lora_alpha / lora_rank) B A x."""
+    lora_targets: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+    """Names of the linear layers that get adapters (matched as name suffixes); the default is
+    every attention and MLP projection of Llama/Qwen/SmolLM-style models."""
 
 
 @dataclass
 class EnvConfig:
     name: str = "search_qa"
-    """Environment: "search_qa", "multihop_qa" (two-hop search), "calculator", "math_tool"
-    (python sandbox), "math_text" (no tools), "code_repair" or "gridworld" (multi-step, GiGPO)."""
+    """Environment: "search_qa", "multihop_qa" (two-hop search), "zerosearch_qa" (two-hop, an
+    LLM-simulated search engine), "web_qa" (two-hop, web search + browsing), "calculator",
+    "math_tool" (python sandbox), "math_text" (no tools), "math_multitool" (python +
+    calculator, ARTIST's reward), "code_repair" or "gridworld" (multi-step, GiGPO)."""
     num_train_tasks: int = 2000
     """Training tasks generated from `seed` (sampled with replacement per step)."""
     num_eval_tasks: int = 100
@@ -124,6 +147,28 @@ class RolloutConfig:
     step's sampled tokens are its only loss-mask-1 tokens."""
     history_window: int = 2
     """Step mode: past steps (model turn + observation) kept in each step's context."""
+    context_budget: int = 0
+    """Episode mode, long horizons (ASearcher): the most tokens any turn is generated from
+    (prompt + kept history). Older observations are cut, then dropped, to fit; the episode is
+    then trained as segments, each turn in the exact context it saw (rollout/budgeted.py).
+    0 = off: the context is the whole history."""
+    context_keep_turns: int = 2
+    """With context_budget: the latest turns (model turn + observation) kept whole when fitting,
+    as long as they fit the budget."""
+    context_target: int = 0
+    """With context_budget: a cut fits the history into this many tokens (0 = context_budget);
+    lower values leave room for a few turns before the next cut (fewer, longer segments)."""
+    backend: str = "hf"
+    """Generator engine: "hf" (transformers in this process, shares the learner's weights; CPU
+    or GPU) or "vllm" (a vLLM engine on the GPU, extra `agentic-rl[vllm]`, settings in the
+    `vllm` section; it receives the new weights after every update)."""
+    train_on_observations: bool = False
+    """Ablation only: put tool/retrieval observation tokens in the loss as if the policy had
+    written them (Search-R1's "no retrieved-token masking" ablation). Off = the standard mask."""
+    max_staleness: int = 0
+    """Asynchronous rollouts (AReaL): 0 = synchronous (generate, then update, in turn). k > 0 =
+    a rollout worker keeps generating while the learner updates, on samples from policy versions
+    at most k updates old; stale tokens are corrected with decoupled PPO (algo.stale_is_cap)."""
 
 
 @dataclass
@@ -169,6 +214,9 @@ class AlgoConfig:
     trr_type_field: str = "task_type"
     """TRR++: the Task.fields key holding the task type (e.g. "template" for calculator)."""
     trr_role_field: str = "role"
+    stale_is_cap: float = 5.0
+    """rollout.max_staleness > 0: each token's behaviour importance weight pi_prox / pi_behav
+    (decoupled PPO) is truncated at this value, so very stale tokens cannot dominate."""
     """TRR++: the Task.fields key holding the role (propose / solve); "" = a single role."""
 
 
@@ -246,6 +294,73 @@ class WarmStartConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """rollout.backend=vllm: the vLLM engine that generates the rollouts (GPU only)."""
+
+    gpu_memory_utilization: float = 0.5
+    """Fraction of the GPU's memory vLLM takes for weights and KV cache; the rest is left for
+    the learner on the same GPU."""
+    dtype: str = "auto"
+    """vLLM weight/activation dtype: auto (the model config's), bfloat16, float16 or float32."""
+    max_model_len: int = 0
+    """Longest context (prompt + completion) in tokens the engine accepts; 0 = the model's own
+    limit. Lower values leave more memory for the KV cache."""
+    sleep_level: int = 0
+    """Free the engine's GPU memory while the learner updates (vLLM sleep mode): 0 = never,
+    1 = offload weights to CPU and drop the KV cache, 2 = drop both (the new weights are loaded
+    right after the update; not with LoRA, whose base weights are never re-sent)."""
+    enforce_eager: bool = False
+    """Run without CUDA graphs: faster start-up, slower decoding (smoke runs, debugging)."""
+
+
+@dataclass
+class RayConfig:
+    """Env and tool workers on Ray actors (extra `agentic-rl[ray]`), so rollouts with slow tools
+    spread over a cluster. The learner and generator stay in the driver process."""
+
+    enabled: bool = False
+    """Run the envs (and their tools: retriever, sandbox...) on Ray actors."""
+    address: str = ""
+    """Cluster to join: "" starts a local one inside this process, "auto" joins the cluster this
+    machine belongs to (`ray start`), "ray://HOST:10001" a remote one."""
+    num_cpus: int = 0
+    """Local cluster only: CPUs it may use (0 = every CPU of this machine)."""
+    num_env_workers: int = 2
+    """Env worker actors. Episodes are spread over them round-robin; their env steps (tool calls)
+    run at the same time, one episode at a time per worker."""
+    env_worker_cpus: float = 0.5
+    """CPUs Ray reserves for each env worker (fractions allowed: tool calls mostly wait)."""
+    max_episode_retries: int = 2
+    """A worker lost mid-episode: the episode is replayed on a fresh worker (same reset seed, same
+    actions, so its tokens do not change) up to this many times, then the run stops."""
+    call_timeout_s: float = 120.0
+    """An env call that has not returned after this long counts as a lost worker; keep it above
+    env.tool_timeout_s."""
+
+
+@dataclass
+class LearnerConfig:
+    """Where the policy update runs: in this process, or sharded over processes with FSDP2."""
+
+    strategy: str = "single"
+    """"single": this process holds the whole model. "fsdp2": one process per device under
+    torchrun (`torchrun --nproc_per_node=N -m agentic_rl.cli train RECIPE learner.strategy=fsdp2`)
+    on gloo (CPU) or NCCL (GPU); the policy, reference and value head are sharded with torch
+    FSDP2, each process plays its share of every rollout batch on a full copy of the weights
+    (synced after each update) and trains on its share of the batch; sharded checkpoints
+    (torch.distributed.checkpoint) resume only with the same number of processes.
+    Gradient accumulation: each process runs its rows in micro-batches of
+    optim.micro_batch_size sequences and steps once per batch, as in one process."""
+    mixed_precision: str = "no"
+    """fsdp2 on GPU: "bf16" computes in bfloat16 over float32 master weights and reduces
+    gradients in float32 (needs model.dtype=float32); "no" computes in model.dtype."""
+    defer_grad_sync: bool = False
+    """fsdp2: reduce gradients across processes once, after the last micro-batch, instead of
+    after every micro-batch: less communication, but each process holds full-size gradients
+    until the optimiser step."""
+
+
+@dataclass
 class DPOConfig:
     """`agentic-rl dpo`: preference training on trajectory pairs (Rafailov et al. 2023)."""
 
@@ -285,6 +400,9 @@ class TrainerConfig:
     """Write TensorBoard event files under the run directory."""
     progress: bool = True
     """Show a progress bar (on a terminal) or one line per step."""
+    export_model: bool = False
+    """At the end, also write the policy as a Hugging Face model dir (RUN_DIR/model),
+    loadable with model.name=DIR; multi-stage recipes set it to chain their stages."""
 
 
 @dataclass
@@ -302,7 +420,15 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """Multi-stage recipes (e.g. SFT then RL, or two RL stages with different rewards): each
+    entry is `{name: ..., <sections to change>}` over this recipe's settings; stage k + 1
+    starts from stage k's final weights. Filled at load with each stage's complete, validated
+    settings (recipe, then the stage, then --smoke, then command-line overrides)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -337,11 +463,77 @@ def load_config(
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path} must be a mapping of sections, got {type(data).__name__}")
     data.setdefault("recipe", path.stem)
-    for text in (SMOKE_OVERRIDES if smoke else []) + list(overrides or []):
+    stages = data.pop("stages", None) or []
+    smoke_settings = data.pop("smoke", None) or {}
+    overrides = (_smoke_overrides(data, smoke_settings) if smoke else []) + list(overrides or [])
+    resolved = [_stage_data(data, stage, i, overrides, smoke) for i, stage in enumerate(stages)]
+    names = [stage["trainer"]["run_name"] for stage in resolved]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"stage names must be distinct, got {[s['name'] for s in stages]}")
+    _apply_overrides(data, overrides)
+    cfg = _build(data, smoke)
+    cfg.stages = [_build(stage, smoke).to_dict() for stage in resolved]
+    return cfg
+
+
+def _smoke_overrides(recipe: dict[str, Any], settings: Any = None) -> list[str]:
+    """SMOKE_OVERRIDES for `recipe`. A recipe with a warm start keeps its own token budgets: its
+    scripted expert's turns (a code block, a JSON tool call, an edit) must fit them, or every
+    demonstration is cut short and the warm start has nothing to train on. The recipe's own
+    `smoke:` mapping ({dotted key: value}, e.g. the turns a multi-hop expert needs) comes last."""
+    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+        raise ConfigError(f"smoke: must map dotted keys to values, got {settings!r}")
+    extra = [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+    if not (recipe.get("warm_start") or {}).get("num_tasks"):
+        return list(SMOKE_OVERRIDES) + extra
+    budgets = ("rollout.max_tokens_per_turn=", "rollout.max_total_tokens=")
+    return [text for text in SMOKE_OVERRIDES if not text.startswith(budgets)] + extra
+
+
+def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+    for text in overrides:
         key, value = parse_override(text)
         set_dotted(data, key, value)
+
+
+def _build(data: dict[str, Any], smoke: bool) -> Config:
     cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
+    if smoke and cfg.filters.roc:  # RoC keeps >= min per class of the smoke's tiny groups
+        cfg.filters.roc_min_per_class = min(
+            cfg.filters.roc_min_per_class, cfg.rollout.group_size // 2
+        )
     validate(cfg)
     return cfg
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `change` applied section by section (nested mappings merge, values replace)."""
+    out = copy.deepcopy(base)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _stage_data(
+    recipe: dict[str, Any], stage: Any, index: int, overrides: list[str], smoke: bool
+) -> dict[str, Any]:
+    """One stage's settings: the recipe, then the stage's sections, then the overrides; its run
+    directory is the recipe's run directory / the stage name."""
+    if not isinstance(stage, dict) or not isinstance(stage.get("name"), str):
+        raise ConfigError(f"stages[{index}] must be a mapping with a 'name' (got {stage!r})")
+    name = stage["name"]
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError(f"stages[{index}].name={name!r}: use letters, digits, - and _ only")
+    if "stages" in stage or "recipe" in stage:
+        raise ConfigError(f"stages[{index}] ({name}) cannot set 'stages' or 'recipe'")
+    data = _merge(recipe, {k: v for k, v in stage.items() if k != "name"})
+    _apply_overrides(data, overrides)
+    trainer = data.setdefault("trainer", {})
+    trainer["run_name"] = f"{trainer.get('run_name') or data['recipe']}/{name}"
+    data["description"] = f"{data.get('description', '')} [stage {index + 1}: {name}]".strip()
+    return data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentic_rl.config_distributed import validate_distributed
 from agentic_rl.config_parse import ConfigError
 
 if TYPE_CHECKING:
@@ -34,9 +35,12 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 ENV_NAMES = (
     "search_qa",
     "multihop_qa",
+    "zerosearch_qa",
+    "web_qa",
     "calculator",
     "math_tool",
     "math_text",
+    "math_multitool",
     "code_repair",
     "gridworld",
 )
@@ -46,6 +50,10 @@ ROLLOUT_MODES = ("episode", "step")
 GIGPO_NORMS = ("mean_std_norm", "mean_norm")
 CHAT_FORMATS = ("tags", "hermes", "retool", "retool_text", "hermes_multi", "swe_rl")
 DTYPES = ("float32", "bfloat16")
+BACKENDS = ("hf", "vllm")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+LEARNER_STRATEGIES = ("single", "fsdp2")
+MIXED_PRECISION = ("no", "bf16")
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -135,6 +143,11 @@ def validate(cfg: Config) -> None:
         allow_zero=True,
     )
     _validate_env_options(cfg)
+    if cfg.rollout.train_on_observations and (cfg.algo.epochs > 1 or cfg.algo.kl_in_reward):
+        raise ConfigError(
+            "rollout.train_on_observations needs algo.epochs=1 and algo.kl_in_reward=false: "
+            "observation tokens have no behaviour logprobs to form a ratio or a KL reward with"
+        )
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
     _validate_ppo_terms(cfg)
@@ -144,7 +157,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("rollout.max_tokens_per_turn exceeds rollout.max_total_tokens")
     _validate_policy_loss(cfg)
     _validate_step_mode(cfg)
+    _validate_context_budget(cfg)
     _validate_filters(cfg)
+    _validate_lora_and_backend(cfg)
+    _validate_learner(cfg)
+    validate_distributed(cfg)
 
 
 def _validate_ppo_terms(cfg: Config) -> None:
@@ -301,3 +318,113 @@ def _validate_env_options(cfg: Config) -> None:
         split_options(cfg.env.name, cfg.env.options)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+
+
+def _validate_lora_and_backend(cfg: Config) -> None:
+    model, vllm = cfg.model, cfg.vllm
+    _check_choice("rollout.backend", cfg.rollout.backend, BACKENDS)
+    if model.lora_rank < 0:
+        raise ConfigError(
+            f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {model.lora_rank}"
+        )
+    if model.lora_rank == 0:
+        _unused(cfg, ["model.lora_alpha", "model.lora_targets"], "model.lora_rank=0 (no LoRA)")
+    else:
+        targets = model.lora_targets
+        if (
+            not isinstance(targets, list)
+            or not targets
+            or not all(isinstance(t, str) and t for t in targets)
+        ):
+            raise ConfigError(f"model.lora_targets must be a list of layer names, got {targets!r}")
+        if model.lora_alpha <= 0:
+            raise ConfigError(f"model.lora_alpha must be > 0, got {model.lora_alpha}")
+        if cfg.warm_start.num_tasks > 0 and cfg.algo.kl_coef > 0:
+            raise ConfigError(
+                "model.lora_rank > 0 with warm_start.num_tasks > 0 and algo.kl_coef > 0: the LoRA "
+                "reference is the base model with the adapter off, which would not include the "
+                "warm start; set algo.kl_coef=0, or warm-start in a separate full-tuning run"
+            )
+    if cfg.rollout.backend != "vllm":
+        keys = ["gpu_memory_utilization", "dtype", "max_model_len", "sleep_level", "enforce_eager"]
+        _unused(cfg, [f"vllm.{k}" for k in keys], "rollout.backend is not vllm")
+        return
+    _check_choice("vllm.dtype", vllm.dtype, VLLM_DTYPES)
+    if not 0 < vllm.gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"vllm.gpu_memory_utilization must be in (0, 1], got {vllm.gpu_memory_utilization}"
+        )
+    if vllm.sleep_level not in (0, 1, 2):
+        raise ConfigError(f"vllm.sleep_level must be 0, 1 or 2, got {vllm.sleep_level}")
+    if vllm.sleep_level == 2 and model.lora_rank > 0:
+        raise ConfigError(
+            "vllm.sleep_level=2 discards the engine's base weights, but LoRA runs only send the "
+            "adapter after an update: use vllm.sleep_level=1"
+        )
+    if vllm.max_model_len < 0:
+        raise ConfigError(f"vllm.max_model_len must be >= 0, got {vllm.max_model_len}")
+
+
+def _validate_context_budget(cfg: Config) -> None:
+    rollout = cfg.rollout
+    _check_positive(
+        cfg,
+        ["rollout.context_budget", "rollout.context_keep_turns", "rollout.context_target"],
+        allow_zero=True,
+    )
+    if not rollout.context_budget:
+        _unused(
+            cfg,
+            ["rollout.context_keep_turns", "rollout.context_target"],
+            "rollout.context_budget=0 keeps the whole history",
+        )
+        return
+    if rollout.mode != "episode":
+        raise ConfigError(
+            "rollout.context_budget applies to rollout.mode=episode; step mode bounds each "
+            "step's context with rollout.history_window"
+        )
+    if rollout.context_target > rollout.context_budget:
+        raise ConfigError(
+            f"rollout.context_target={rollout.context_target} exceeds "
+            f"rollout.context_budget={rollout.context_budget}"
+        )
+    if cfg.algo.name not in ("grpo", "dr_grpo", "rloo"):
+        raise ConfigError(
+            "rollout.context_budget trains a long episode as several segments that share the "
+            f"episode's advantage: algo.name must be grpo, dr_grpo or rloo, not {cfg.algo.name}"
+        )
+
+
+def _validate_learner(cfg: Config) -> None:
+    learner = cfg.learner
+    _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
+    _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
+    if learner.strategy == "single":
+        keys = ["learner.mixed_precision", "learner.defer_grad_sync"]
+        _unused(cfg, keys, "it applies to learner.strategy=fsdp2 only")
+        return
+    # Combinations whose engines would each need their own per-process wiring (not built yet).
+    for key, off, why in (
+        ("rollout.backend", "hf", "each process generates with its own copy of the weights"),
+        ("model.lora_rank", 0, "the adapters would be sharded like full weights"),
+        ("rollout.max_staleness", 0, "the rollout worker would race the sharded update"),
+        ("ray.enabled", False, "every process would start its own Ray env workers"),
+    ):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section, None), name, off)
+        if value != off:
+            raise ConfigError(f"learner.strategy=fsdp2 does not support {key}={value} yet: {why}")
+    if learner.mixed_precision == "bf16":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "learner.mixed_precision=bf16 needs a GPU (FSDP2 mixed precision); on CPU use "
+                "learner.mixed_precision=no"
+            )
+        if cfg.model.dtype != "float32":
+            raise ConfigError(
+                "learner.mixed_precision=bf16 keeps float32 master weights and computes in "
+                f"bfloat16: set model.dtype=float32, not {cfg.model.dtype}"
+            )

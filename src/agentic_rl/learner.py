@@ -7,8 +7,10 @@ log pi_old(x_t | x_<t) and its advantage.
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,9 +33,13 @@ from agentic_rl.algos.losses import (
     ppo_clip_loss,
     value_loss,
 )
+from agentic_rl.algos.offpolicy import decoupled_ppo_loss
 from agentic_rl.config import AlgoConfig, Config, GigpoConfig
 from agentic_rl.models import token_logprobs
 from agentic_rl.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentic_rl.fsdp import DataParallel
 
 
 @dataclass
@@ -56,6 +62,7 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # [N, T] (ppo)
     old_values: torch.Tensor | None = None  # [N, T] (ppo)
     ref_logprobs: torch.Tensor | None = None  # [N, T] (kl_coef > 0)
+    behav_logprobs: torch.Tensor | None = None  # [N, T] of stale samples (rollout.max_staleness)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -97,6 +104,18 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
         episode_index=torch.arange(n),
     )
+
+
+def unmask_observations(trajectory: Trajectory) -> Trajectory:
+    """A copy whose loss mask covers every token after the prompt, observations included.
+
+    Search-R1 (Jin et al. 2025, Sec. 3.1) masks retrieved tokens out of the policy loss; this is
+    its ablation. Observation tokens were not sampled, so their behaviour logprobs are unknown
+    (0 here): only valid with one on-policy epoch, where pi_old is the current policy (the
+    config enforces algo.epochs=1 and no KL-in-reward)."""
+    start = trajectory.prompt_length
+    mask = [0] * start + [1] * (len(trajectory.token_ids) - start)
+    return dataclasses.replace(trajectory, loss_mask=mask)
 
 
 def collate_episodes(
@@ -191,9 +210,17 @@ def compute_advantages(
 
 @torch.no_grad()
 def forward_no_grad(
-    model: nn.Module, batch: TrainBatch, chunk: int, micro: int, value_head: nn.Module | None = None
+    model: nn.Module,
+    batch: TrainBatch,
+    chunk: int,
+    micro: int,
+    value_head: nn.Module | None = None,
+    dp: DataParallel | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (and values) without gradients, in micro-batches: reference / critic passes."""
+    """Logprobs (and values) without gradients, in micro-batches: reference / critic passes.
+    With `dp` (learner.strategy=fsdp2) each process runs its share of the rows; all get all."""
+    if dp is not None:
+        return dp.forward_no_grad(forward_no_grad, model, batch, chunk, micro, value_head)
     lps, vals = [], []
     for start in range(0, len(batch), micro):
         mb = batch.select(slice(start, start + micro))
@@ -217,11 +244,13 @@ def update(
     batch: TrainBatch,
     cfg: Config,
     value_head: nn.Module | None = None,
+    dp: DataParallel | None = None,
 ) -> dict[str, float]:
     """`algo.epochs` passes of clipped policy-gradient updates over the batch.
 
     Micro-batch losses are normalised by the GLOBAL sequence / token counts of the batch, so the
-    accumulated gradient equals the full-batch gradient whatever the micro-batch size."""
+    accumulated gradient equals the full-batch gradient whatever the micro-batch size, and
+    whatever share of the rows each process runs under `dp` (learner.strategy=fsdp2)."""
     algo, mask = cfg.algo, batch.loss_mask
     assert batch.advantages is not None
     counts = {
@@ -238,19 +267,21 @@ def update(
     model.train()
     for _ in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(rows), cfg.optim.micro_batch_size):
-            mb = batch.select(rows[start : start + cfg.optim.micro_batch_size])
+        for mb, weight in micro_batches(batch, rows, cfg.optim.micro_batch_size, dp):
             out = _micro_batch_loss(model, mb, cfg, counts, value_head)
-            out["loss"].backward()
+            (out["loss"] * weight).backward()
             for key in sums:
-                sums[key] += float(out[key].detach())
+                sums[key] += float(out[key].detach()) if weight else 0.0
         if cfg.optim.max_grad_norm > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
         else:
-            grad_norm = math.sqrt(
-                sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None)
-            )
+            # get_total_norm, not a sum of per-tensor norms: it also reduces sharded (fsdp2)
+            # gradients over the processes
+            grads = [p.grad for p in params if p.grad is not None]
+            grad_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
         optimizer.step()
+    if dp is not None:  # each process summed its own micro-batches
+        sums = dp.sum_over_processes(sums)
     # Diagnostics are means over the tokens actually processed (skipped rows have none).
     tokens = float(mask[rows].sum().clamp(min=1)) * algo.epochs
     return {
@@ -262,6 +293,18 @@ def update(
         "value_loss": sums["value_loss"] / algo.epochs,
         "grad_norm": grad_norm,
     }
+
+
+def micro_batches(
+    batch: TrainBatch, rows: torch.Tensor, size: int, dp: DataParallel | None = None
+) -> Iterator[tuple[TrainBatch, float]]:
+    """The micro-batches of `rows` this process runs, each with the weight of its loss: every
+    one of them, weight 1, in a single process; with `dp`, this process's share (fsdp.py)."""
+    if dp is not None:
+        yield from dp.micro_batches(batch, rows, size)
+        return
+    for start in range(0, len(rows), size):
+        yield batch.select(rows[start : start + size]), 1.0
 
 
 def _rows_with_gradient(
@@ -310,6 +353,19 @@ def _micro_batch_loss(
         )
         loss = per_seq.sum() / max(counts["num_sequences"], 1)
         clipped = seq_clipped[:, None] & (mask > 0)
+    elif mb.behav_logprobs is not None:  # stale samples: `old` is the proximal policy
+        pg, clipped = decoupled_ppo_loss(
+            logprobs,
+            old,
+            mb.behav_logprobs,
+            mb.advantages,
+            mask,
+            algo.clip_low,
+            algo.clip_high,
+            algo.stale_is_cap,
+            dual_clip=algo.dual_clip or None,
+        )
+        loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
     else:
         pg, clipped = ppo_clip_loss(
             logprobs,
