@@ -1,0 +1,403 @@
+"""`agentic-rl serve-policy`: the rollout side as an OpenAI-compatible chat endpoint.
+
+Any agent code written against the OpenAI client (tools included) runs against the policy being
+trained; every call is recorded token by token (serving/recorder.py) and an episode becomes
+training samples once the client reports its reward.
+
+    POST /v1/chat/completions          OpenAI chat completions (n=1, no streaming; tools in the
+                                       hermes format); the reply carries `episode_id`
+    POST /v1/episodes/{id}/reward      {"reward": float, "step_rewards"?: [float per model turn],
+                                        "group_id"?, "task_id"?, "success"?, "truncated"?}
+    GET  /v1/episodes, /v1/episodes/{id}   summaries / recorded tokens of one episode
+    DELETE /v1/episodes/{id}           drop an open episode
+    GET  /v1/models, /health
+
+The episode of a call is the `X-Episode-Id` header, `metadata.episode_id` or `user`; without
+one, the open episode whose conversation the call extends. Episodes opening with the same
+prompt share a GRPO group unless the reward names one. Concurrent calls are generated together
+in one batch (`GenerationQueue`; with the HF generator a batch samples from the `seed` of its
+first call). Malformed input gets a 4xx with an OpenAI-style error body.
+"""
+
+# No `from __future__ import annotations`: FastAPI resolves the handlers' `Request` annotation
+# at runtime, and that class is imported inside create_app to keep imports lazy.
+import asyncio
+import json
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentic_rl.batch_filters import Episodes
+from agentic_rl.serving.export import JsonlWriter, trajectory_record
+from agentic_rl.serving.openai_api import (
+    ApiError,
+    build_reply,
+    completion_body,
+    hermes_format,
+    parse_chat_request,
+)
+from agentic_rl.serving.recorder import EpisodeRecorder, OnMismatch
+from agentic_rl.types import Completion, SamplingParams
+
+REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "truncated"}
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Per-request limits; a request outside them gets a 4xx, never a crash."""
+
+    default_max_tokens: int = 256
+    """New tokens of a call that names no max_tokens."""
+    max_context: int = 2048
+    """Prompt plus new tokens of one call (the model's context window)."""
+    max_body_bytes: int = 8 << 20
+    """Largest request body accepted."""
+    max_batch: int = 32
+    """Concurrent calls generated together in one batch."""
+
+
+class GenerationQueue:
+    """Calls that arrive while a batch is generating are generated together in the next one,
+    so N agents running at once cost about one batched decode, not N sequential ones."""
+
+    def __init__(self, run: Callable[[list, list], Any], max_batch: int) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+
+    async def submit(self, prompt: list[int], params: SamplingParams) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, params, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        from starlette.concurrency import run_in_threadpool
+
+        while self._pending:
+            batch = self._pending[: self.max_batch]
+            self._pending = self._pending[self.max_batch :]
+            live = [item for item in batch if not item[2].done()]  # clients gone: skip
+            if not live:
+                continue
+            try:
+                results = await run_in_threadpool(
+                    self.run, [p for p, _, _ in live], [q for _, q, _ in live]
+                )
+            except Exception as exc:  # every waiter gets the failure; the server stays up
+                for _, _, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), result in zip(live, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+
+
+class PolicyService:
+    """Generation, recording and (with a trainer `Setup`) policy updates behind the endpoint.
+
+    In-process use: `take_finished()` pops finished episodes as trainer `Episodes`, `train()`
+    runs one update of the recipe's algorithm on them (holding the model lock, so serving and
+    training never touch the weights at once) and moves the policy version on."""
+
+    def __init__(
+        self,
+        generator: Any,
+        tokenizer: Any,
+        *,
+        model_name: str = "agentic-rl-policy",
+        limits: ServeLimits | None = None,
+        on_mismatch: OnMismatch = "reject",
+        export: str | Path | None = None,
+        setup: Any = None,
+        train_every: int = 0,
+        save_dir: str | Path | None = None,
+        keep_finished: bool = True,
+    ) -> None:
+        """`keep_finished=False` drops finished episodes once exported (a long-running
+        recording server whose JSONL is the only consumer); training keeps what it needs."""
+        if train_every and setup is None:
+            raise ValueError("train_every needs a trainer Setup (PolicyService.from_setup)")
+        self.generator = generator
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.limits = limits or ServeLimits()
+        self.recorder = EpisodeRecorder(tokenizer, on_mismatch)
+        self.writer = JsonlWriter(export) if export else None
+        self.setup = setup
+        self.train_every = train_every
+        self.save_dir = Path(save_dir) if save_dir else None
+        self.keep_finished = keep_finished or bool(train_every)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.policy_version = 0
+        self.updates: list[dict[str, float]] = []
+        self.model_lock = threading.Lock()
+        self.queue = GenerationQueue(self._generate, self.limits.max_batch)
+
+    @classmethod
+    def from_setup(cls, setup: Any, **kwargs: Any) -> "PolicyService":
+        """Serve a trainer `Setup` (its generator, tokenizer, recipe algorithm and optimiser
+        settings); the context limit defaults to the model's position embeddings."""
+        if "limits" not in kwargs:
+            config = getattr(getattr(setup.policy, "config", None), "max_position_embeddings", 0)
+            kwargs["limits"] = ServeLimits(max_context=int(config or 2048))
+        return cls(setup.generator, setup.tokenizer, setup=setup, **kwargs)
+
+    def _generate(
+        self, prompts: Sequence[list[int]], params: Sequence[SamplingParams]
+    ) -> list[tuple[Completion, int]]:
+        with self.model_lock:
+            version = self.policy_version
+            return [(c, version) for c in self.generator.generate(prompts, list(params))]
+
+    async def chat(self, raw: bytes, episode_header: str | None = None) -> dict[str, Any]:
+        """One chat completion: validate, assemble the token prompt, generate, record."""
+        request = parse_chat_request(raw, episode_header)
+        call = self.recorder.begin(request)
+        committed = False
+        try:
+            room = self.limits.max_context - len(call.prompt)
+            params = request.sampling(min(self.limits.default_max_tokens, max(room, 1)))
+            if params.max_new_tokens > room:
+                raise ApiError(
+                    f"prompt of {len(call.prompt)} tokens + max_tokens {params.max_new_tokens} "
+                    f"exceeds the context of {self.limits.max_context} tokens",
+                    param="messages",
+                )
+            completion, version = await self.queue.submit(call.prompt, params)
+            reply = build_reply(
+                completion, request, hermes_format(request, self.tokenizer), self.tokenizer
+            )
+            self.recorder.commit(call, completion, reply, version)
+            committed = True
+        finally:
+            if not committed:
+                self.recorder.abort(call)
+        return completion_body(
+            reply,
+            completion,
+            self.tokenizer,
+            model=self.model_name,
+            episode_id=call.episode.episode_id,
+            prompt_tokens=len(call.prompt),
+            policy_version=version,
+            logprobs=request.logprobs,
+        )
+
+    def finish(self, episode_id: str, raw: bytes) -> dict[str, Any]:
+        """Report an episode's reward (a /reward body); trains when `train_every` are done."""
+        body = _reward_body(raw)
+        samples = self.recorder.finish(
+            episode_id,
+            body["reward"],
+            step_rewards=body.get("step_rewards"),
+            group_id=body.get("group_id"),
+            task_id=body.get("task_id"),
+            success=body.get("success"),
+            truncated=body.get("truncated", False),
+        )
+        if self.writer is not None:
+            self.writer.write(episode_id, samples)
+        update = None
+        if self.train_every and len(self.recorder.finished) >= self.train_every:
+            update = self.train(self.take_finished(self.train_every))
+        elif not self.keep_finished:
+            self.take_finished()
+        return {
+            "episode_id": episode_id,
+            "samples": len(samples),
+            "group_id": samples[0].group_id if samples else "",
+            "generated_tokens": sum(s.num_generated for s in samples),
+            "update": update,
+        }
+
+    def take_finished(self, limit: int | None = None) -> Episodes:
+        return self.recorder.take_finished(limit)
+
+    def train(
+        self, episodes: Episodes, optimizer: torch.optim.Optimizer | None = None
+    ) -> dict[str, float]:
+        """One update of the recipe's algorithm (e.g. GRPO) on finished episodes; the
+        generator then samples from the new weights and later turns record the new version."""
+        from agentic_rl.backends.base import release_for_update, sync_weights
+        from agentic_rl.learner import update as learner_update
+        from agentic_rl.run_summary import advantage_metrics, summarize
+        from agentic_rl.sft import save_model
+        from agentic_rl.trainer import (
+            carries_gradient,
+            make_optimizer,
+            prepare_batch,
+            set_learning_rate,
+        )
+
+        if self.setup is None:
+            raise RuntimeError("training needs a trainer Setup (PolicyService.from_setup)")
+        if not len(episodes):
+            raise ValueError("no finished episodes to train on")
+        setup = self.setup
+        if optimizer is None:
+            self.optimizer = self.optimizer or make_optimizer(setup)
+            optimizer = self.optimizer
+        with self.model_lock:
+            release_for_update(self.generator)  # an engine with sleep mode frees its memory
+            set_learning_rate(optimizer, setup.cfg, len(self.updates) + 1)
+            batch = prepare_batch(setup, episodes)
+            useful = carries_gradient(setup, batch)
+            metrics = {**summarize([s[0] for s in episodes.samples]), **advantage_metrics(batch)}
+            if useful:
+                metrics.update(
+                    learner_update(setup.policy, optimizer, batch, setup.cfg, setup.value_head)
+                )
+            sync_weights(self.generator, setup.policy, updated=useful)
+            self.policy_version += int(useful)
+            metrics.update(
+                {"skipped_update": float(not useful), "policy_version": self.policy_version}
+            )
+            if useful and self.save_dir is not None:
+                save_model(setup.policy, setup.tokenizer, self.save_dir)
+        self.updates.append(metrics)
+        return metrics
+
+    def episode(self, episode_id: str) -> dict[str, Any]:
+        ep = self.recorder.get(episode_id)
+        samples = [trajectory_record(t, episode_id, i) for i, t in enumerate(ep.samples)]
+        if not ep.finished:
+            samples = [
+                {
+                    "segment": i,
+                    "token_ids": s.token_ids,
+                    "loss_mask": s.loss_mask,
+                    "logprobs": s.logprobs,
+                    "prompt_length": s.prompt_length,
+                    "turn_spans": [list(span) for span in s.turn_spans],
+                    "policy_versions": s.versions,
+                }
+                for i, s in enumerate(ep.segments)
+            ]
+        return {**ep.summary(), "samples": samples}
+
+
+def _reward_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError('body must be a JSON object like {"reward": 1.0}')
+    unknown = sorted(set(body) - REWARD_FIELDS)
+    if unknown:
+        raise ApiError(f"unknown field(s): {', '.join(unknown)}", param=unknown[0])
+
+    def finite(value: Any) -> bool:
+        return (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        )
+
+    if not finite(body.get("reward")):
+        raise ApiError(
+            f"'reward' must be a finite number, got {body.get('reward')!r}", param="reward"
+        )
+    steps = body.get("step_rewards")
+    if steps is not None and (not isinstance(steps, list) or not all(finite(r) for r in steps)):
+        raise ApiError("'step_rewards' must be a list of finite numbers", param="step_rewards")
+    for key in ("group_id", "task_id"):
+        if body.get(key) is not None and not (isinstance(body[key], str) and body[key]):
+            raise ApiError(f"'{key}' must be a non-empty string", param=key)
+    if body.get("success") is not None and not finite(body["success"]):
+        raise ApiError("'success' must be a number", param="success")
+    if not isinstance(body.get("truncated", False), bool):
+        raise ApiError("'truncated' must be true or false", param="truncated")
+    return body
+
+
+def create_app(service: PolicyService) -> Any:
+    """The FastAPI app serving `service` (see the module docstring for the API)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    app = FastAPI(title="agentic-rl policy", description="OpenAI-compatible, records trajectories")
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, err: ApiError) -> Any:
+        return JSONResponse(err.body(), status_code=err.status)
+
+    async def body_of(request: Request) -> bytes:
+        declared = request.headers.get("content-length", "")
+        limit = service.limits.max_body_bytes
+        if declared.isdigit() and int(declared) > limit:  # before reading it
+            raise ApiError(f"body larger than {limit} bytes", 413)
+        raw = await request.body()
+        if len(raw) > limit:
+            raise ApiError(f"body larger than {limit} bytes", 413)
+        return raw
+
+    def failure(exc: Exception) -> Any:
+        err = ApiError(f"generation failed: {type(exc).__name__}: {exc}", 500)
+        return JSONResponse(err.body(), status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        summaries = service.recorder.summaries()
+        return {
+            "status": "ok",
+            "model": service.model_name,
+            "policy_version": service.policy_version,
+            "open_episodes": sum(s["status"] == "open" for s in summaries),
+            "finished_episodes": len(service.recorder.finished),
+            "updates": len(service.updates),
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        entry = {
+            "id": service.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "agentic-rl",
+        }
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        raw = await body_of(request)
+        try:
+            body = await service.chat(raw, request.headers.get("x-episode-id"))
+        except ApiError:
+            raise
+        except Exception as exc:  # a generator failure: report it, keep serving
+            return failure(exc)
+        return JSONResponse(body, headers={"X-Episode-Id": body["episode_id"]})
+
+    @app.post("/v1/episodes/{episode_id}/reward")
+    async def reward(episode_id: str, request: Request) -> Any:
+        raw = await body_of(request)
+        try:  # may run a training update: off the event loop
+            return await run_in_threadpool(service.finish, episode_id, raw)
+        except ApiError:
+            raise
+        except Exception as exc:
+            return failure(exc)
+
+    @app.get("/v1/episodes")
+    async def episodes() -> dict[str, Any]:
+        return {"episodes": service.recorder.summaries()}
+
+    @app.get("/v1/episodes/{episode_id}")
+    async def episode(episode_id: str) -> dict[str, Any]:
+        return service.episode(episode_id)
+
+    @app.delete("/v1/episodes/{episode_id}")
+    async def delete(episode_id: str) -> dict[str, Any]:
+        service.recorder.discard(episode_id)
+        return {"episode_id": episode_id, "deleted": True}
+
+    return app

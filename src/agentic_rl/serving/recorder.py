@@ -1,0 +1,345 @@
+"""Token-native recording of served conversations: calls of one episode -> one Trajectory.
+
+A client resends the whole conversation on every call. The recorder keeps, per episode, the
+exact ids of everything so far (prompt and injected messages with loss mask 0, sampled ids with
+loss mask 1 and their behaviour logprobs) plus the canonical form of the messages they cover.
+The next call must extend those messages: then its prompt is the recorded ids (the previous
+completions exactly as sampled, never decoded and re-encoded) followed by the new tool/user
+messages rendered by the model's chat template (`template_suffix`) and tokenised on their own,
+as the rollout loop inserts observations.
+
+A call that does not extend its episode (the client edited or dropped history, changed the
+tools, or resent the same history) cannot reuse the tokens. With `on_mismatch="reject"` it is
+refused (409, the first differing message named); with "split" the episode continues in a new
+segment, a new training sample whose prompt is the whole conversation rendered by the template
+(all loss mask 0), counted in `metrics["segments"]`. Both segments get the episode's reward.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentic_rl.batch_filters import Episodes
+from agentic_rl.rollout.chat import (
+    check_prefix_preserving,
+    encode_prompt,
+    encode_text,
+    template_suffix,
+)
+from agentic_rl.serving.openai_api import (
+    ApiError,
+    ChatRequest,
+    Reply,
+    canonical,
+    hermes_format,
+    prompt_messages,
+    template_message,
+)
+from agentic_rl.types import Completion, Task, Trajectory
+
+OnMismatch = Literal["reject", "split"]
+
+
+@dataclass
+class Segment:
+    """One token-native training sample under construction."""
+
+    token_ids: list[int]
+    prompt_length: int
+    messages: list[tuple] = field(default_factory=list)  # canonical messages covered
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # policy version of each turn
+    last_finish: str = ""  # finish reason of the latest sampled turn
+
+    def append(self, ids: list[int], generated: bool, logprobs: list[float] | None = None) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(generated)] * len(ids))
+        self.logprobs.extend(logprobs if generated and logprobs else [0.0] * len(ids))
+
+
+@dataclass
+class EpisodeState:
+    episode_id: str
+    tools_key: str
+    group_id: str
+    segments: list[Segment] = field(default_factory=list)
+    counts: dict[str, float] = field(
+        default_factory=lambda: {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0}
+    )
+    finished: bool = False
+    in_flight: bool = False
+    samples: list[Trajectory] = field(default_factory=list)  # set when finished
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id,
+            "status": "finished" if self.finished else "open",
+            "segments": len(self.segments),
+            "tokens": sum(len(s.token_ids) for s in self.segments),
+            "group_id": self.group_id,
+            **{k: int(v) for k, v in self.counts.items()},
+        }
+
+
+@dataclass
+class PendingCall:
+    """A call between `begin` and `commit`/`abort`; nothing is recorded until it commits."""
+
+    episode: EpisodeState
+    segment: Segment
+    new_segment: bool
+    injected: list[int]
+    prompt: list[int]
+    new_episode: bool
+
+
+class EpisodeRecorder:
+    """Assembles calls into episodes and finished episodes into Trajectories (thread-safe)."""
+
+    def __init__(
+        self, tokenizer: Any, on_mismatch: OnMismatch = "reject", max_open: int = 10_000
+    ) -> None:
+        if on_mismatch not in ("reject", "split"):
+            raise ValueError(f"on_mismatch must be 'reject' or 'split', got {on_mismatch!r}")
+        # Splicing sampled ids and template text is only faithful on a prefix-preserving
+        # template; anything else is refused here, before any call is served.
+        check_prefix_preserving(tokenizer)
+        self.tokenizer = tokenizer
+        self.on_mismatch = on_mismatch
+        self.max_open = max_open
+        self.episodes: dict[str, EpisodeState] = {}
+        self.finished: list[tuple[str, list[Trajectory]]] = []  # not yet taken, finish order
+        self._lock = threading.Lock()
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def begin(self, request: ChatRequest) -> PendingCall:
+        """The prompt ids of this call; raises ApiError 409 when it cannot extend its episode."""
+        with self._lock:
+            episode, new_episode = self._episode_for(request)
+            if episode.in_flight:
+                raise ApiError(f"episode {episode.episode_id!r} has a call in flight", 409)
+            call = self._extend(episode, request)
+            call.new_episode = new_episode
+            episode.in_flight = True
+            if new_episode:
+                self.episodes[episode.episode_id] = episode
+            return call
+
+    def commit(self, call: PendingCall, completion: Completion, reply: Reply, version: int) -> None:
+        """Record the injected ids (mask 0) and the sampled ids (mask 1, behaviour logprobs)."""
+        with self._lock:
+            seg, ep = call.segment, call.episode
+            if call.new_segment:
+                ep.segments.append(seg)
+            seg.append(call.injected, generated=False)
+            start = len(seg.token_ids)
+            seg.append(list(completion.token_ids), True, list(completion.logprobs))
+            seg.turn_spans.append((start, len(seg.token_ids)))
+            seg.versions.append(version)
+            seg.last_finish = completion.finish_reason
+            seg.messages.append(canonical(reply.message()))
+            ep.counts["turns"] += 1
+            ep.counts["tool_calls"] += len(reply.tool_calls)
+            ep.counts["invalid_tool_calls"] += bool(reply.invalid_tool_call)
+            ep.in_flight = False
+
+    def abort(self, call: PendingCall) -> None:
+        """The call failed before sampling: forget it (a new episode is dropped entirely)."""
+        with self._lock:
+            call.episode.in_flight = False
+            if call.new_episode:
+                self.episodes.pop(call.episode.episode_id, None)
+
+    def _episode_for(self, request: ChatRequest) -> tuple[EpisodeState, bool]:
+        if request.episode_id is not None:
+            found = self.episodes.get(request.episode_id)
+            if found is not None and found.finished:
+                raise ApiError(f"episode {request.episode_id!r} is already finished", 409)
+            if found is not None:
+                return found, False
+        else:
+            found = self._match_prefix(request)
+            if found is not None:
+                return found, False
+        if sum(not e.finished for e in self.episodes.values()) >= self.max_open:
+            raise ApiError(f"{self.max_open} episodes are open: finish or delete some", 429)
+        episode_id = request.episode_id or f"ep-{uuid.uuid4().hex[:16]}"
+        return EpisodeState(episode_id, request.tools_key(), group_id=""), True
+
+    def _match_prefix(self, request: ChatRequest) -> EpisodeState | None:
+        """The open episode whose recorded conversation the request extends (longest first)."""
+        wanted = [canonical(m) for m in request.messages]
+        best, best_len = None, 0
+        for ep in self.episodes.values():
+            if ep.finished or ep.in_flight or ep.tools_key != request.tools_key():
+                continue
+            known = ep.segments[-1].messages
+            if best_len < len(known) < len(wanted) and wanted[: len(known)] == known:
+                best, best_len = ep, len(known)
+        return best
+
+    def _extend(self, ep: EpisodeState, request: ChatRequest) -> PendingCall:
+        fmt = hermes_format(request, self.tokenizer)
+        wanted = [canonical(m) for m in request.messages]
+        if ep.segments:
+            seg = ep.segments[-1]
+            problem = self._mismatch(ep, seg, request, wanted)
+            if problem is None:
+                new = [template_message(m, fmt) for m in request.messages[len(seg.messages) :]]
+                injected = encode_text(self.tokenizer, self._suffix(seg, new))
+                return PendingCall(ep, seg, False, injected, seg.token_ids + injected, False)
+            if self.on_mismatch == "reject":
+                raise ApiError(
+                    f"the messages do not extend episode {ep.episode_id!r}: {problem}; its "
+                    "recorded tokens cannot be reused (start a new episode id)",
+                    409,
+                    param="messages",
+                )
+        prompt = encode_prompt(self.tokenizer, prompt_messages(request, fmt))
+        seg = Segment(token_ids=list(prompt), prompt_length=len(prompt), messages=list(wanted))
+        seg.loss_mask, seg.logprobs = [0] * len(prompt), [0.0] * len(prompt)
+        if not ep.group_id:  # episodes opening with the same prompt form a GRPO group
+            ep.group_id = f"prompt-{zlib.crc32(str(prompt).encode()):08x}"
+        return PendingCall(ep, seg, True, [], list(prompt), False)
+
+    @staticmethod
+    def _mismatch(ep: EpisodeState, seg: Segment, request: ChatRequest, wanted: list) -> str | None:
+        if request.tools_key() != ep.tools_key:
+            return "the tools differ from the episode's"
+        known = seg.messages
+        for i, (have, got) in enumerate(zip(known, wanted, strict=False)):
+            if have != got:
+                return f"message {i} ({got[0]}) differs from the recorded one ({have[0]})"
+        if len(wanted) <= len(known):
+            return f"{len(wanted)} messages do not go past the {len(known)} recorded"
+        return None
+
+    def _suffix(self, seg: Segment, new: list[dict[str, str]]) -> str:
+        """Template text closing the last assistant turn and adding `new`. If the model itself
+        ended its turn with the end-of-turn token, that token is not inserted a second time."""
+        text = template_suffix(self.tokenizer, new)
+        if seg.last_finish == "eos":
+            end = self.tokenizer.decode([seg.token_ids[-1]])
+            if text.startswith(end):
+                text = text[len(end) :]
+        return text
+
+    # -- episodes -------------------------------------------------------------------------------
+
+    def finish(
+        self,
+        episode_id: str,
+        reward: float,
+        *,
+        step_rewards: list[float] | None = None,
+        group_id: str | None = None,
+        task_id: str | None = None,
+        success: float | None = None,
+        truncated: bool = False,
+    ) -> list[Trajectory]:
+        """Close an episode with its reward; its samples (one per segment) are queued for
+        `take_finished`. `step_rewards` has one entry per model turn (default: all on the
+        last turn, as an outcome reward)."""
+        with self._lock:
+            ep = self.episodes.get(episode_id)
+            if ep is None:
+                raise ApiError(f"no episode {episode_id!r}", 404)
+            if ep.finished or ep.in_flight:
+                state = "already finished" if ep.finished else "has a call in flight"
+                raise ApiError(f"episode {episode_id!r} {state}", 409)
+            turns = int(ep.counts["turns"])
+            steps = list(step_rewards) if step_rewards is not None else [0.0] * turns
+            if len(steps) != turns:
+                raise ApiError(f"step_rewards has {len(steps)} entries, the episode has {turns}")
+            if step_rewards is None and steps:
+                steps[-1] = reward
+            ep.group_id = group_id or ep.group_id
+            samples = self._samples(ep, reward, steps, task_id or episode_id, success, truncated)
+            ep.finished, ep.samples, ep.segments = True, samples, []
+            self.finished.append((episode_id, samples))
+            return samples
+
+    def _samples(
+        self,
+        ep: EpisodeState,
+        reward: float,
+        steps: list[float],
+        task_id: str,
+        success: float | None,
+        truncated: bool,
+    ) -> list[Trajectory]:
+        versions = [v for seg in ep.segments for v in seg.versions]
+        metrics = {
+            "success": float(reward > 0) if success is None else float(success),
+            "turns": ep.counts["turns"],
+            "tool_calls": ep.counts["tool_calls"],
+            "tool_errors": 0.0,
+            "invalid_actions": ep.counts["invalid_tool_calls"],
+            "no_action": 0.0,
+            "generated_tokens": float(sum(sum(s.loss_mask) for s in ep.segments)),
+            "response_tokens": float(sum(len(s.token_ids) - s.prompt_length for s in ep.segments)),
+            "truncated": float(truncated),
+            "segments": float(len(ep.segments)),
+            "policy_version_span": float(max(versions) - min(versions)) if versions else 0.0,
+        }
+        out, used = [], 0
+        for seg in ep.segments:
+            n = len(seg.turn_spans)
+            out.append(
+                Trajectory(
+                    token_ids=seg.token_ids,
+                    loss_mask=seg.loss_mask,
+                    logprobs=seg.logprobs,
+                    prompt_length=seg.prompt_length,
+                    turn_spans=list(seg.turn_spans),
+                    step_rewards=steps[used : used + n],
+                    reward=float(reward),
+                    group_id=ep.group_id,
+                    task_id=task_id,
+                    policy_version=min(seg.versions) if seg.versions else 0,
+                    terminated=not truncated,
+                    truncated=truncated,
+                    metrics=dict(metrics),
+                    completion_text=self.tokenizer.decode(seg.token_ids[seg.prompt_length :]),
+                )
+            )
+            used += n
+        return out
+
+    def discard(self, episode_id: str) -> None:
+        with self._lock:
+            ep = self.episodes.get(episode_id)
+            if ep is None:
+                raise ApiError(f"no episode {episode_id!r}", 404)
+            if ep.in_flight:
+                raise ApiError(f"episode {episode_id!r} has a call in flight", 409)
+            del self.episodes[episode_id]
+
+    def take_finished(self, limit: int | None = None) -> Episodes:
+        """Pop finished episodes (oldest first) as trainer `Episodes`: the samples of each
+        episode plus a Task naming it (prompt text is not kept; only trr_pp reads tasks)."""
+        with self._lock:
+            taken = self.finished[:limit] if limit is not None else self.finished
+            self.finished = self.finished[len(taken) :]
+            for episode_id, _ in taken:
+                self.episodes.pop(episode_id, None)
+        tasks = [Task(task_id=samples[0].task_id, prompt="") for _, samples in taken]
+        return Episodes([samples for _, samples in taken], tasks)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [ep.summary() for ep in self.episodes.values()]
+
+    def get(self, episode_id: str) -> EpisodeState:
+        with self._lock:
+            ep = self.episodes.get(episode_id)
+            if ep is None:
+                raise ApiError(f"no episode {episode_id!r} (unknown, deleted or taken)", 404)
+            return ep

@@ -1,0 +1,291 @@
+"""learner.strategy=fsdp2 on CPU: two processes on gloo against the single-process numbers.
+
+The fast tests share one launch of tests/fsdp_worker.py in two processes (as torchrun starts
+them); the slow one runs `torchrun ... agentic-rl train` end to end, resumes it and exports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agentic_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agentic_rl.cli import main as cli_main
+from agentic_rl.config import ConfigError, ModelConfig, load_config
+from agentic_rl.export import export_checkpoint
+from agentic_rl.fsdp import init_process_group
+from agentic_rl.fsdp_checkpoint import check_layout, load_sharded_checkpoint
+from agentic_rl.models import load_policy, tiny_model, token_logprobs
+from agentic_rl.trainer import train
+
+WORKER = Path(__file__).parent / "fsdp_worker.py"
+TOL = 1e-5  # float32, different summation order across two processes
+# AdamW divides by sqrt(v) + 1e-8: a gradient entry near 1e-8 turns a 1e-8 difference into a
+# visible one in the weights (lr 1e-3)
+WEIGHT_TOL = 2e-5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_env(**extra: str) -> dict[str, str]:
+    # CUDA hidden: the CPU path (gloo) is what these tests check, on any machine
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **extra}
+
+
+def launch_two(out: Path, timeout: float = 300) -> None:
+    """Start the worker as ranks 0 and 1 of a gloo group, as torchrun would."""
+    env = cpu_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(out)],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, log) in enumerate(zip(procs, logs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("fsdp")
+    launch_two(out)
+    return json.loads((out / "results.json").read_text()), out
+
+
+@pytest.mark.parametrize("case", ["grpo_kl", "ppo_defer", "noclip"])
+def test_sharded_update_matches_single_process(worker, case):
+    """Same batch: the two-process FSDP2 update gives the single-process loss, metrics,
+    reference logprobs, values, gradients and new weights."""
+    result = worker[0][case]
+    single, sharded = result["metrics"]
+    assert single.keys() == sharded.keys()
+    for key in single:
+        assert sharded[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key
+    for key in ("ref_logprobs", "old_values", "advantages"):
+        assert result[key] <= 1e-6, key
+    assert result["grads"] <= TOL
+    assert result["weights"] <= WEIGHT_TOL
+    assert result["moved"] > 100 * TOL  # the step really changed the weights
+    assert single["grad_norm"] > 0.1
+
+
+def test_every_row_is_trained_including_a_padding_micro_batch(worker):
+    """5 rows, 2 processes, micro-batches of 2: rank 0 runs 3 rows in 2 micro-batches, rank 1
+    2 rows and a weight-0 padding micro-batch; all 5 count, none twice (loss matched above)."""
+    assert worker[0]["grpo_kl"]["metrics"][1]["trained_sequences"] == 5.0
+
+
+def test_generator_copy_follows_the_shards_and_processes_sample_differently(worker):
+    result = worker[0]["grpo_kl"]
+    assert result["stale"] > 100 * TOL  # before the sync the copy holds the old weights
+    assert result["synced"] <= WEIGHT_TOL  # after it, the single-process updated weights
+    rank0, rank1 = result["samples"]
+    assert rank0 != rank1  # same seed, different process: different draws
+
+
+def test_rollout_groups_are_split_between_processes_and_gathered_in_order(worker):
+    result = worker[0]["grpo_kl"]
+    # groups g0 (a, b) and g1 (c) on rank 0, g2 (d, e) on rank 1; a group is never split
+    assert result["played"] == [["a@0"], ["b@0"], ["c@0"], ["d@1"], ["e@1"]]
+    assert result["played_everywhere"]
+
+
+def test_sharded_checkpoint_saves_and_resumes(worker):
+    result = worker[0]["ppo_defer"]
+    path = Path(result["checkpoint"])
+    assert {p.name for p in path.iterdir()} >= {
+        "sharded",
+        "distributed.json",
+        "trainer_state.json",
+        "rng_rank0.pt",
+        "rng_rank1.pt",
+        "COMPLETE",
+    }
+    assert json.loads((path / "distributed.json").read_text())["world_size"] == 2
+    assert result["trainer_state"] == {"note": "x", "step": 1}
+    assert result["loaded"] == 0.0 and result["moments"] == 0.0
+    assert result["optimizer_entries"] == 22  # 20 policy tensors + the value head's 2
+    assert result["resumed_step"] == 0.0  # the next step from the loaded state is identical
+
+
+def test_resuming_with_another_world_size_is_a_clear_error(worker, tmp_path):
+    path = Path(worker[0]["ppo_defer"]["checkpoint"])
+    three = SimpleNamespace(world_size=3, rank=0)
+    with pytest.raises(CheckpointError, match=r"2 processes .* this run has 3 processes"):
+        load_sharded_checkpoint(three, path, torch.nn.Linear(1, 1))
+    with pytest.raises(CheckpointError, match="torchrun --nproc_per_node=2"):
+        load_checkpoint(path, torch.nn.Linear(1, 1))  # a single-process run
+    single = save_checkpoint(tmp_path, 3, torch.nn.Linear(2, 2), None)
+    with pytest.raises(CheckpointError, match="single process .* in one process without"):
+        check_layout(single, 2, sharded=True)
+
+
+def _logprobs(model: torch.nn.Module) -> torch.Tensor:
+    ids = torch.randint(10, 1000, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return token_logprobs(model, ids, torch.ones_like(ids), 4)[0]
+
+
+def test_export_of_a_sharded_checkpoint_loads_with_the_trained_weights(worker, tmp_path):
+    results, out = worker
+    target = export_checkpoint(Path(results["ppo_defer"]["checkpoint"]), tmp_path / "hf")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in target.iterdir()
+    }
+    exported, _ = load_policy(ModelConfig(name=str(target)))
+    weights = torch.load(out / "full_weights.pt", weights_only=True)
+    trained = tiny_model(exported.config.vocab_size)
+    trained.load_state_dict(weights)
+    for name, tensor in exported.state_dict().items():
+        assert torch.equal(tensor, weights[name]), name
+    assert torch.equal(_logprobs(exported), _logprobs(trained))
+
+
+def test_export_of_a_single_process_run_via_the_cli(tmp_path, tokenizer, capsys):
+    model = tiny_model(len(tokenizer), seed=5)
+    run = tmp_path / "run"
+    save_checkpoint(run, 7, model, None)
+    (run / "config.json").write_text(json.dumps(load_config(None, ["model.name=tiny"]).to_dict()))
+    assert cli_main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    assert "model.name=" in capsys.readouterr().out
+    exported, _ = load_policy(ModelConfig(name=str(tmp_path / "hf")))
+    assert torch.equal(_logprobs(exported), _logprobs(model))
+    with pytest.raises(ConfigError, match="not empty"):
+        export_checkpoint(run, tmp_path / "hf")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["learner.strategy=ddp"], "learner.strategy: 'ddp' is not one of single, fsdp2"),
+        (["learner.defer_grad_sync=true"], "applies to learner.strategy=fsdp2 only"),
+        (["learner.strategy=fsdp2", "model.lora_rank=4"], "model.lora_rank=4"),
+        (["learner.strategy=fsdp2", "rollout.max_staleness=1"], "rollout.max_staleness=1"),
+    ],
+)
+def test_bad_learner_settings_fail_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU rule")
+def test_mixed_precision_needs_a_gpu():
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        load_config(None, ["learner.strategy=fsdp2", "learner.mixed_precision=bf16"])
+
+
+def test_fsdp2_outside_torchrun_says_how_to_launch(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="torchrun --nproc_per_node"):
+        init_process_group()
+
+
+def _torchrun(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "-m",
+        "agentic_rl.cli",
+        *args,
+    ]
+    return subprocess.run(
+        command, env=cpu_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.slow
+def test_torchrun_train_resume_mismatch_and_export(tmp_path):
+    """The documented command end to end: two processes train, resume, refuse one process,
+    and the result exports to a model directory that trains again."""
+    base = [
+        "train",
+        "--smoke",
+        "model.name=tiny",
+        "algo.entropy_coef=0.01",
+        "trainer.progress=false",
+        "trainer.eval_before=false",
+        f"trainer.out_dir={tmp_path}",
+        "trainer.run_name=run",
+        "learner.strategy=fsdp2",
+    ]
+    first = _torchrun(2, *base)
+    assert first.returncode == 0, first.stderr[-4000:]
+    run = tmp_path / "run"
+    rows = _metrics(run)
+    assert rows == _metrics(run / "rank_1")  # every process computed the same global metrics
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
+
+    again = _torchrun(2, *base, "trainer.steps=3")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "resuming from" in again.stdout and "step 2" in again.stdout
+    assert (run / "checkpoints/step_000003/distributed.json").is_file()
+
+    alone = _torchrun(1, *base, "trainer.steps=4")
+    assert alone.returncode != 0
+    assert "written by 2 processes" in alone.stderr and "this run has 1 process" in alone.stderr
+
+    assert cli_main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    model, _ = load_policy(ModelConfig(name=str(tmp_path / "hf")))
+    assert model.config.num_hidden_layers == 2
+
+
+def _metrics(run: Path) -> list[dict]:
+    drop = ("time", "seconds", "tokens_per_s")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rows]
+
+
+@pytest.mark.slow
+def test_one_process_fsdp2_run_reproduces_the_single_process_run(tmp_path):
+    """The whole sharded path (rollout share and gather, sharded reference and value head,
+    padded micro-batches, weight sync, sharded checkpoints) with one process gives exactly the
+    numbers of a plain run: PPO with a KL term after a warm start."""
+    common = [
+        "model.name=tiny",
+        "algo.name=ppo",
+        "algo.kl_coef=0.05",
+        "trainer.progress=false",
+        "trainer.eval_before=false",
+        "trainer.run_name=run",
+    ]
+    single = load_config(None, [*common, f"trainer.out_dir={tmp_path / 'single'}"], smoke=True)
+    train(single)
+    sharded = _torchrun(
+        1,
+        "train",
+        "--smoke",
+        *common,
+        f"trainer.out_dir={tmp_path / 'fsdp'}",
+        "learner.strategy=fsdp2",
+    )
+    assert sharded.returncode == 0, sharded.stderr[-4000:]
+    expected = _metrics(tmp_path / "single/run")
+    assert [r["step"] for r in expected if "train/loss" in r] == [1, 2]
+    assert _metrics(tmp_path / "fsdp/run") == expected
