@@ -1,0 +1,306 @@
+"""The GPU generator: a vLLM engine behind the same `Generator` protocol as backends/hf.py.
+
+Selected by `rollout.backend=vllm` (extra `agentic-rl[vllm]`, a CUDA GPU); this module is
+imported only then. What it guarantees, as the HF generator does:
+
+- token ids in, token ids and behaviour logprobs out: prompts go in as `TokensPrompt`s, the
+  sampled ids come back untouched, each with its logprob under the policy at temperature 1
+  (vLLM's default `raw_logprobs` mode: before temperature / top-p), the quantity the learner
+  recomputes;
+- stop at action tags: the chat format's stop strings end a turn, the tag stays in the output;
+- per-request sampling settings (one vLLM `SamplingParams` per prompt) and a distinct seed per
+  request, so the G samples of a group differ while a run stays reproducible;
+- prefix caching on: turn k + 1 of an episode starts with turn k's context, whose KV blocks
+  are reused instead of recomputed;
+- weight sync after each update: the full state dict is loaded into the engine's model in
+  place (`LLM.apply_model` -> `model.load_weights`), or for LoRA runs only the adapter, saved
+  as a PEFT directory and served under a new `LoRARequest` id; the prefix cache is reset
+  because its KV was computed with the old weights;
+- sleep / wake (`vllm.sleep_level`): the engine frees its GPU memory while the learner updates.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so handing it the
+learner's tensors copies them once, straight into its parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentic_rl.config import Config
+from agentic_rl.lora import merged_copy, save_adapter
+from agentic_rl.models import TINY_NAME, ModelLoadError, model_dir
+from agentic_rl.types import Completion, SamplingParams
+
+# The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+_SEED_MOD = 2**31 - 1
+
+
+def import_vllm() -> Any:
+    """The vllm module, or a ModelLoadError naming the extra to install."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise ModelLoadError(
+            f"rollout.backend=vllm needs vLLM, which is not installed ({err}): "
+            "pip install 'agentic-rl[vllm]' on a machine with a CUDA GPU, "
+            "or use rollout.backend=hf"
+        ) from err
+    return vllm
+
+
+def request_seed(seed: int | None, index: int) -> int | None:
+    """The seed of request `index` of a call seeded with `seed` (None stays unseeded).
+
+    Every request gets its own stream: identical prompts (a GRPO group) must not sample the
+    same continuation, as one shared torch generator guarantees in the HF backend."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + index) % _SEED_MOD
+
+
+def sampling_kwargs(params: SamplingParams, index: int) -> dict[str, Any]:
+    """Keyword arguments of `vllm.SamplingParams` for one request."""
+    greedy = params.temperature <= 0
+    return {
+        "n": 1,
+        "max_tokens": params.max_new_tokens,
+        "temperature": 0.0 if greedy else params.temperature,
+        "top_p": 1.0 if greedy else params.top_p,
+        "stop": list(params.stop),
+        "include_stop_str_in_output": True,  # the action end tag belongs to the turn
+        "logprobs": 0,  # the sampled token's logprob only, no top-k alternatives
+        "skip_special_tokens": False,  # stop strings are matched on the raw text, as in HF
+        "seed": None if greedy else request_seed(params.seed, index),
+    }
+
+
+def sampled_logprobs(output: Any) -> list[float]:
+    """The logprob of each sampled token of one vLLM `CompletionOutput`.
+
+    `output.logprobs[i]` maps token id -> Logprob for position i; the sampled id is always
+    among them (logprobs=0 asks for it alone)."""
+    ids = list(output.token_ids)
+    if output.logprobs is None or len(output.logprobs) != len(ids):
+        raise RuntimeError(
+            "vLLM returned no per-token logprobs; the request must set logprobs=0 "
+            f"(got {None if output.logprobs is None else len(output.logprobs)} for {len(ids)})"
+        )
+    return [
+        float(position[token].logprob) for position, token in zip(output.logprobs, ids, strict=True)
+    ]
+
+
+def finish_reason(output: Any) -> str:
+    """vLLM's (finish_reason, stop_reason) as the protocol's "stop" / "eos" / "length".
+
+    vLLM says "stop" both for a stop string (stop_reason = the string) and for an end-of-
+    sequence or stop token (stop_reason None or the token id)."""
+    if output.finish_reason == "length":
+        return "length"
+    if output.finish_reason == "stop":
+        return "stop" if isinstance(output.stop_reason, str) else "eos"
+    raise RuntimeError(f"vLLM request ended with finish_reason={output.finish_reason!r}")
+
+
+def to_completion(output: Any, tokenizer: Any) -> Completion:
+    """One vLLM `CompletionOutput` -> Completion (ids exactly as sampled)."""
+    ids = [int(t) for t in output.token_ids]
+    return Completion(
+        token_ids=ids,
+        logprobs=sampled_logprobs(output),
+        finish_reason=finish_reason(output),  # type: ignore[arg-type]
+        # Decoded from the ids, as the HF generator does, for the action parser only.
+        text=tokenizer.decode(ids, skip_special_tokens=False),
+    )
+
+
+def lora_rank_bucket(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds an adapter of rank `rank`."""
+    for bucket in VLLM_LORA_RANKS:
+        if bucket >= rank:
+            return bucket
+    raise ModelLoadError(f"model.lora_rank={rank} exceeds vLLM's largest LoRA rank")
+
+
+def engine_kwargs(cfg: Config, model_path: str) -> dict[str, Any]:
+    """Arguments of `vllm.LLM` for this run."""
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tokenizer": model_path,
+        "dtype": cfg.vllm.dtype,
+        "seed": cfg.trainer.seed,
+        "gpu_memory_utilization": cfg.vllm.gpu_memory_utilization,
+        "enable_prefix_caching": True,
+        "enforce_eager": cfg.vllm.enforce_eager,
+    }
+    if cfg.vllm.max_model_len:
+        kwargs["max_model_len"] = cfg.vllm.max_model_len
+    if cfg.vllm.sleep_level:
+        kwargs["enable_sleep_mode"] = True
+    if cfg.model.lora_rank:
+        kwargs.update(
+            enable_lora=True, max_loras=1, max_lora_rank=lora_rank_bucket(cfg.model.lora_rank)
+        )
+    return kwargs
+
+
+def engine_model_dir(cfg: Config, policy: nn.Module, tokenizer: Any, scratch: Path) -> Path:
+    """The directory vLLM loads its starting weights and tokenizer from.
+
+    A local or the bundled model is read where it is; the random "tiny" test model exists only
+    in memory, so its (base) weights are written to `scratch` first."""
+    if cfg.model.name != TINY_NAME:
+        return model_dir(cfg.model)
+    target = scratch / "base_model"
+    merged_copy(policy).save_pretrained(str(target), safe_serialization=True)
+    tokenizer.save_pretrained(str(target))
+    return target
+
+
+def _load_weights(weights: list[tuple[str, torch.Tensor]], model: nn.Module) -> None:
+    """Runs inside the engine's worker: vLLM models map Hugging Face names onto their fused
+    layers (qkv_proj, gate_up_proj) in `load_weights`."""
+    model.load_weights(weights=weights)
+
+
+class VLLMGenerator:
+    """`Generator` over a vLLM `LLM` engine (see the module docstring).
+
+    `llm`, `sampling_params_cls` and `lora_request_cls` are vLLM's objects in real use
+    (`from_config` builds them); tests pass stand-ins with the same call signatures."""
+
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        sampling_params_cls: Any,
+        lora_request_cls: Any = None,
+        sleep_level: int = 0,
+        scratch_dir: Path | None = None,
+    ) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self._sampling_cls = sampling_params_cls
+        self._lora_cls = lora_request_cls
+        self.sleep_level = sleep_level
+        if scratch_dir is None:
+            scratch_dir = Path(tempfile.mkdtemp(prefix="agentic-rl-vllm-"))
+            weakref.finalize(self, shutil.rmtree, str(scratch_dir), True)
+        self.scratch_dir = Path(scratch_dir)
+        self._asleep: set[str] = set()  # memory kinds released by sleep(): weights, kv_cache
+        self._lora: Any = None  # the LoRARequest of the current adapter (None = base model)
+        self._lora_dir: Path | None = None
+        self._lora_used = False  # has the engine loaded the current adapter (a generate ran)?
+        self.adapter_version = 0
+        self.weight_updates = 0
+        self.calls = 0  # generate() calls
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.reused_tokens = 0  # prompt tokens served from the prefix cache
+
+    @classmethod
+    def from_config(cls, cfg: Config, policy: nn.Module, tokenizer: Any) -> VLLMGenerator:
+        """Start an engine on the policy's model (`model.name`) with the `vllm` settings."""
+        # Must be set before the engine starts: keep it in this process (see module docstring).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        vllm = import_vllm()
+        from vllm.lora.request import LoRARequest
+
+        scratch = Path(tempfile.mkdtemp(prefix="agentic-rl-vllm-"))
+        path = engine_model_dir(cfg, policy, tokenizer, scratch)
+        llm = vllm.LLM(**engine_kwargs(cfg, str(path)))
+        generator = cls(
+            llm,
+            tokenizer,
+            vllm.SamplingParams,
+            LoRARequest if cfg.model.lora_rank else None,
+            cfg.vllm.sleep_level,
+            scratch,
+        )
+        weakref.finalize(generator, shutil.rmtree, str(scratch), True)
+        return generator
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[Completion]:
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt: a prompt needs at least one token")
+        if not prompts:
+            return []
+        self.wake_up()
+        self._lora_used = self._lora_used or self._lora is not None
+        requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]  # TokensPrompt
+        sampling = [self._sampling_cls(**sampling_kwargs(p, i)) for i, p in enumerate(params)]
+        outputs = self.llm.generate(
+            requests, sampling, use_tqdm=False, lora_request=self._lora
+        )  # in request order
+        self.calls += 1
+        completions = []
+        for request, output in zip(requests, outputs, strict=True):
+            completion = to_completion(output.outputs[0], self.tokenizer)
+            completions.append(completion)
+            self.prompt_tokens += len(request["prompt_token_ids"])
+            self.generated_tokens += len(completion.token_ids)
+            self.reused_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
+        return completions
+
+    def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Load a full state dict (Hugging Face names) into the engine's model in place."""
+        if state is None:
+            raise ValueError("the vLLM generator holds its own weights: pass the state dict")
+        weights = [(name, tensor.detach()) for name, tensor in state.items()]
+        self._wake(["weights"])  # after a level-2 sleep the weight memory must exist again
+        self.llm.apply_model(functools.partial(_load_weights, weights))
+        self.wake_up()
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        self.weight_updates += 1
+
+    def update_adapter(self, policy: nn.Module) -> None:
+        """Serve the policy's current LoRA adapter: written as a PEFT directory and requested
+        under a new id (vLLM caches adapters by id); the previous one is dropped."""
+        if self._lora_cls is None:
+            raise RuntimeError("this engine was started without LoRA (model.lora_rank=0)")
+        self.adapter_version += 1
+        version = self.adapter_version
+        path = self.scratch_dir / f"adapter_{version:06d}"
+        save_adapter(policy, path)
+        self.wake_up()
+        old_loaded, old_dir = self._lora_used, self._lora_dir
+        self._lora = self._lora_cls(f"policy-v{version}", version, str(path))
+        self._lora_dir, self._lora_used = path, False
+        remove = getattr(getattr(self.llm, "llm_engine", None), "remove_lora", None)
+        if old_loaded and callable(remove):  # free the engine's slot of the previous adapter
+            remove(version - 1)
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Release GPU memory until the next sync or generate (vllm.sleep_level > 0)."""
+        if self.sleep_level and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = {"weights", "kv_cache"}
+
+    def wake_up(self) -> None:
+        self._wake(["weights", "kv_cache"])
+
+    def _wake(self, tags: list[str]) -> None:
+        todo = [tag for tag in tags if tag in self._asleep]
+        if todo:
+            self.llm.wake_up(tags=todo)
+            self._asleep -= set(todo)

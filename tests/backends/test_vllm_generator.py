@@ -1,0 +1,287 @@
+"""The vLLM generator's own logic against a stand-in engine (vLLM needs a GPU): request
+building, output conversion, weight and adapter sync, sleep/wake, config. The real engine is
+exercised by the `gpu` test at the end and by bench/gpu_check.sh."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from agentic_rl.backends import vllm as vb
+from agentic_rl.backends.base import make_generator, release_for_update, sync_weights
+from agentic_rl.config import ConfigError, ModelConfig, load_config
+from agentic_rl.models import ModelLoadError, load_policy
+from agentic_rl.types import SamplingParams
+
+
+def out(ids, lps, reason="length", stop_reason=None, extra=None):
+    """A vLLM CompletionOutput: per position a dict token id -> Logprob (the sampled one plus,
+    here, a decoy to check the right entry is picked)."""
+    positions = []
+    for tok, lp in zip(ids, lps, strict=True):
+        entry = {tok: SimpleNamespace(logprob=lp)}
+        if extra is not None:
+            entry[extra] = SimpleNamespace(logprob=-0.01)
+        positions.append(entry)
+    return SimpleNamespace(
+        token_ids=ids, logprobs=positions, finish_reason=reason, stop_reason=stop_reason
+    )
+
+
+@dataclass
+class FakeModel:
+    loaded: list[list[tuple[str, torch.Tensor]]] = field(default_factory=list)
+
+    def load_weights(self, weights):
+        self.loaded.append(list(weights))
+
+
+@dataclass
+class FakeLLM:
+    """Records what the generator asks of vllm.LLM; answers with scripted outputs."""
+
+    replies: list[Any] = field(default_factory=list)
+    calls: list[dict] = field(default_factory=list)
+    events: list[tuple] = field(default_factory=list)
+    model: FakeModel = field(default_factory=FakeModel)
+    llm_engine: Any = None
+
+    def __post_init__(self):
+        self.llm_engine = SimpleNamespace(remove_lora=lambda i: self.events.append(("remove", i)))
+
+    def generate(self, prompts, sampling, use_tqdm=True, lora_request=None):
+        self.calls.append({"prompts": prompts, "sampling": sampling, "lora": lora_request})
+        return [
+            SimpleNamespace(outputs=[self.replies.pop(0)], num_cached_tokens=3) for _ in prompts
+        ]
+
+    def apply_model(self, func):
+        self.events.append(("apply_model",))
+        return [func(self.model)]
+
+    def reset_prefix_cache(self):
+        self.events.append(("reset_prefix_cache",))
+
+    def sleep(self, level=1):
+        self.events.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.events.append(("wake_up", tuple(tags)))
+
+
+def fake_generator(tokenizer, llm=None, **kwargs):
+    lora_cls = kwargs.pop("lora_request_cls", None)
+    return vb.VLLMGenerator(
+        llm or FakeLLM(), tokenizer, dict, lora_request_cls=lora_cls, **kwargs
+    )  # dict stands in for vllm.SamplingParams: the kwargs are what is checked
+
+
+def test_sampling_kwargs_per_request():
+    p = SamplingParams(max_new_tokens=9, temperature=0.7, top_p=0.9, stop=["</calc>"], seed=4)
+    a, b = vb.sampling_kwargs(p, 0), vb.sampling_kwargs(p, 1)
+    assert a["max_tokens"] == 9 and a["temperature"] == 0.7 and a["top_p"] == 0.9
+    assert a["stop"] == ["</calc>"] and a["include_stop_str_in_output"] is True
+    assert a["logprobs"] == 0 and a["skip_special_tokens"] is False and a["n"] == 1
+    assert a["seed"] != b["seed"]  # the samples of a group must differ
+    assert vb.sampling_kwargs(p, 1)["seed"] == b["seed"]  # and a run stays reproducible
+    greedy = vb.sampling_kwargs(SamplingParams(temperature=0.0, top_p=0.5, seed=4), 0)
+    assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0 and greedy["seed"] is None
+    assert vb.request_seed(None, 3) is None
+
+
+def test_output_conversion(tokenizer):
+    ids = tokenizer("<calc>1+1</calc>")["input_ids"]
+    lps = [-0.5 - i for i in range(len(ids))]
+    c = vb.to_completion(out(ids, lps, "stop", "</calc>", extra=0), tokenizer)
+    assert c.token_ids == ids and c.logprobs == lps and c.finish_reason == "stop"
+    assert c.text == tokenizer.decode(ids, skip_special_tokens=False)
+    assert vb.finish_reason(out([1], [0.0], "stop", None)) == "eos"
+    assert vb.finish_reason(out([1], [0.0], "stop", 2)) == "eos"  # a stop token id
+    assert vb.finish_reason(out([1], [0.0], "length")) == "length"
+    with pytest.raises(RuntimeError, match="abort"):
+        vb.finish_reason(out([1], [0.0], "abort"))
+    missing = SimpleNamespace(token_ids=[1, 2], logprobs=None)
+    with pytest.raises(RuntimeError, match="logprobs=0"):
+        vb.sampled_logprobs(missing)
+
+
+def test_generate_builds_token_prompts_and_keeps_order(tokenizer):
+    llm = FakeLLM(replies=[out([5, 6], [-1.0, -2.0]), out([7], [-3.0], "stop", "</s>")])
+    gen = fake_generator(tokenizer, llm)
+    params = [SamplingParams(max_new_tokens=2, seed=1), SamplingParams(max_new_tokens=5, seed=1)]
+    done = gen.generate([[1, 2, 3], [4]], params)
+    call = llm.calls[0]
+    assert call["prompts"] == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4]}]
+    assert [s["max_tokens"] for s in call["sampling"]] == [2, 5]
+    assert call["lora"] is None
+    assert [c.token_ids for c in done] == [[5, 6], [7]]
+    assert [c.finish_reason for c in done] == ["length", "stop"]
+    assert (gen.calls, gen.prompt_tokens, gen.generated_tokens, gen.reused_tokens) == (1, 4, 3, 6)
+    with pytest.raises(ValueError, match="empty prompt"):
+        gen.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="sampling params"):
+        gen.generate([[1], [2]], [SamplingParams()])
+
+
+def test_full_weight_sync_loads_every_tensor_and_resets_the_prefix_cache(tokenizer, tiny):
+    llm = FakeLLM()
+    gen = fake_generator(tokenizer, llm, sleep_level=2)
+    release_for_update(gen)
+    assert llm.events == [("sleep", 2)]
+    sync_weights(gen, tiny)  # the generator holds its own copy: the state dict is sent
+    loaded = dict(llm.model.loaded[0])
+    assert loaded.keys() == tiny.state_dict().keys()
+    for name, tensor in tiny.state_dict().items():
+        assert torch.equal(loaded[name], tensor)
+    # level 2: weight memory back, weights in, then the KV cache, then no stale prefix blocks
+    assert llm.events[1:] == [
+        ("wake_up", ("weights",)),
+        ("apply_model",),
+        ("wake_up", ("kv_cache",)),
+        ("reset_prefix_cache",),
+    ]
+    with pytest.raises(ValueError, match="holds its own weights"):
+        gen.update_weights(None)
+
+
+def test_skipped_update_sends_nothing_but_wakes(tokenizer, tiny):
+    llm = FakeLLM()
+    gen = fake_generator(tokenizer, llm, sleep_level=1)
+    release_for_update(gen)
+    sync_weights(gen, tiny, updated=False)
+    assert llm.events == [("sleep", 1), ("wake_up", ("weights", "kv_cache"))]
+    assert not llm.model.loaded
+
+
+def test_no_sleep_without_sleep_level(tokenizer):
+    llm = FakeLLM()
+    release_for_update(fake_generator(tokenizer, llm))
+    assert llm.events == []
+
+
+def test_lora_sync_sends_the_adapter_only_under_a_new_id(tokenizer, tmp_path):
+    pytest.importorskip("peft")
+    policy, _ = load_policy(ModelConfig(name="tiny", lora_rank=4, lora_alpha=8.0))
+    lora_cls = lambda name, i, path: SimpleNamespace(name=name, id=i, path=path)  # noqa: E731
+    llm = FakeLLM(replies=[out([5], [-1.0]), out([6], [-1.0])])
+    gen = fake_generator(tokenizer, llm, lora_request_cls=lora_cls, scratch_dir=tmp_path)
+    gen.generate([[1, 2]], SamplingParams(max_new_tokens=1))
+    assert llm.calls[0]["lora"] is None  # before any update: the base model (B = 0)
+    sync_weights(gen, policy)
+    first = gen._lora
+    files = sorted(p.name for p in (tmp_path / "adapter_000001").iterdir())
+    assert files == ["adapter_config.json", "adapter_model.safetensors"]
+    assert (first.id, first.path) == (1, str(tmp_path / "adapter_000001"))
+    assert not llm.model.loaded  # no full weights travelled
+    gen.generate([[1, 2]], SamplingParams(max_new_tokens=1))
+    assert llm.calls[1]["lora"] is first  # sampling runs through the synced adapter
+    sync_weights(gen, policy)
+    assert gen._lora.id == 2 and ("remove", 1) in llm.events  # the used adapter is dropped
+    assert not (tmp_path / "adapter_000001").exists() and (tmp_path / "adapter_000002").exists()
+    sync_weights(gen, policy)  # adapter 2 was never used: nothing to remove in the engine
+    assert gen._lora.id == 3 and ("remove", 2) not in llm.events
+    assert llm.events.count(("reset_prefix_cache",)) == 3
+    no_lora = fake_generator(tokenizer, FakeLLM())
+    with pytest.raises(RuntimeError, match="without LoRA"):
+        no_lora.update_adapter(policy)
+
+
+def test_engine_kwargs_follow_the_config():
+    cfg = load_config(
+        None,
+        [
+            "model.name=tiny",
+            "rollout.backend=vllm",
+            "vllm.sleep_level=1",
+            "vllm.max_model_len=2048",
+            "model.lora_rank=12",
+        ],
+    )
+    kw = vb.engine_kwargs(cfg, "/m")
+    assert kw["enable_prefix_caching"] is True and kw["model"] == kw["tokenizer"] == "/m"
+    assert kw["enable_sleep_mode"] is True and kw["max_model_len"] == 2048
+    assert kw["enable_lora"] is True and kw["max_lora_rank"] == 16 and kw["max_loras"] == 1
+    plain = vb.engine_kwargs(load_config(None, ["rollout.backend=vllm"]), "/m")
+    assert "enable_lora" not in plain and "enable_sleep_mode" not in plain
+    assert vb.lora_rank_bucket(8) == 8 and vb.lora_rank_bucket(9) == 16
+
+
+def test_tiny_model_is_written_for_the_engine(tmp_path, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_config(None, ["model.name=tiny", "rollout.backend=vllm"])
+    policy, tok = load_policy(cfg.model)
+    path = vb.engine_model_dir(cfg, policy, tok, tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(path)
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    assert (path / "tokenizer_config.json").is_file()
+
+
+def test_missing_vllm_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ModelLoadError, match=r"agentic-rl\[vllm\]"):
+        vb.import_vllm()
+    cfg = load_config(None, ["model.name=tiny", "rollout.backend=vllm"])
+    policy, tok = load_policy(cfg.model)
+    with pytest.raises(ModelLoadError, match=r"agentic-rl\[vllm\]"):
+        make_generator(cfg, policy, tok)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["rollout.backend=sglang"], "rollout.backend"),
+        (["vllm.sleep_level=1"], "rollout.backend is not vllm"),
+        (["rollout.backend=vllm", "vllm.sleep_level=3"], "sleep_level"),
+        (["rollout.backend=vllm", "vllm.gpu_memory_utilization=0"], "gpu_memory_utilization"),
+        (["rollout.backend=vllm", "vllm.dtype=int8"], "vllm.dtype"),
+        (
+            ["rollout.backend=vllm", "vllm.sleep_level=2", "model.lora_rank=4"],
+            "sleep_level=1",
+        ),
+    ],
+)
+def test_backend_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_real_engine_matches_hf_logprobs(tmp_path):
+    """On a GPU with vLLM installed: the engine's behaviour logprobs agree with the learner's
+    recomputation, and a weight sync changes what it samples."""
+    pytest.importorskip("vllm")
+    from agentic_rl.models import token_logprobs
+
+    cfg = load_config(
+        None,
+        [
+            "model.name=smollm2-135m",  # real head sizes (the tiny model's 8 is not supported)
+            "rollout.backend=vllm",
+            "vllm.dtype=float32",
+            "vllm.gpu_memory_utilization=0.2",
+            "vllm.enforce_eager=true",
+        ],
+    )
+    policy, tok = load_policy(cfg.model)
+    gen = make_generator(cfg, policy, tok)
+    prompt = tok("What is 2 + 2?")["input_ids"]
+    c = gen.generate([prompt], SamplingParams(max_new_tokens=8, seed=0))[0]
+    ids = torch.tensor([prompt + c.token_ids])
+    with torch.no_grad():
+        lp, _, _ = token_logprobs(policy, ids, torch.ones_like(ids))
+    torch.testing.assert_close(lp[0, len(prompt) :], torch.tensor(c.logprobs), atol=2e-3, rtol=0)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(0.0)  # a uniform policy: every logprob becomes -log V
+    sync_weights(gen, policy)
+    c = gen.generate([prompt], SamplingParams(max_new_tokens=4, seed=0))[0]
+    expected = -torch.log(torch.tensor(float(policy.config.vocab_size)))
+    torch.testing.assert_close(torch.tensor(c.logprobs), expected.expand(4), atol=1e-3, rtol=0)

@@ -1,0 +1,287 @@
+"""LoRA through PEFT: adapters only train, the reference is the adapter-off base (no copy),
+adapter-only checkpoints round-trip, HF generation runs through the adapter, a recipe trains."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from agentic_rl.backends.hf import HFGenerator  # noqa: E402
+from agentic_rl.checkpoint import (  # noqa: E402
+    ADAPTER_DIR,
+    MODEL_FILE,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from agentic_rl.config import ConfigError, ModelConfig, load_config  # noqa: E402
+from agentic_rl.lora import (  # noqa: E402
+    adapter_disabled,
+    adapter_state,
+    is_lora,
+    merged_copy,
+    parameter_counts,
+    require_peft,
+    unwrap,
+)
+from agentic_rl.models import ModelLoadError, load_policy, token_logprobs  # noqa: E402
+from agentic_rl.types import SamplingParams  # noqa: E402
+
+LORA = ModelConfig(name="tiny", lora_rank=4, lora_alpha=8.0)
+
+
+def lora_policy(seed: int = 0, cfg: ModelConfig = LORA):
+    policy, tokenizer = load_policy(cfg, seed=seed)
+    return policy, tokenizer
+
+
+def perturb_adapter(policy, seed: int = 1, scale: float = 0.5) -> None:
+    """B = 0 at init makes the adapter a no-op; give it weight so it changes the outputs."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * scale)
+
+
+def batch_ids(tokenizer):
+    ids = torch.tensor([tokenizer("The answer is 42, said the calculator.")["input_ids"]] * 2)
+    return ids, torch.ones_like(ids)
+
+
+def test_only_adapter_parameters_train():
+    policy, tokenizer = lora_policy()
+    assert is_lora(policy)
+    counts = parameter_counts(policy)
+    # rank 4 on 7 projections x 2 layers of a hidden-32 model: a tiny fraction of the weights
+    assert 0 < counts["trainable"] < 0.01 * counts["total"]
+    base_before = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" not in n}
+    perturb_adapter(policy)  # B = 0 would leave A without gradient
+    ids, attn = batch_ids(tokenizer)
+    lp, _, _ = token_logprobs(policy, ids, attn)
+    (-lp.sum()).backward()
+    for name, param in policy.named_parameters():
+        if "lora_" in name:
+            assert param.requires_grad and param.grad is not None and param.grad.abs().sum() > 0
+        else:
+            assert not param.requires_grad and param.grad is None, name
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    torch.optim.SGD(trainable, lr=0.1).step()
+    for name, param in policy.named_parameters():
+        if "lora_" not in name:
+            assert torch.equal(param, base_before[name]), name
+
+
+def test_reference_is_the_base_model_with_the_adapter_off():
+    base, tokenizer = load_policy(ModelConfig(name="tiny"), seed=0)  # same seed: same base
+    policy, _ = lora_policy(seed=0)
+    perturb_adapter(policy)
+    ids, attn = batch_ids(tokenizer)
+    with torch.no_grad():
+        expected, _, _ = token_logprobs(base, ids, attn)
+        adapted, _, _ = token_logprobs(policy, ids, attn)
+        with adapter_disabled(policy):
+            reference, _, _ = token_logprobs(policy, ids, attn)
+        after, _, _ = token_logprobs(policy, ids, attn)
+    torch.testing.assert_close(reference, expected, atol=1e-6, rtol=0)
+    assert (adapted - expected).abs().max() > 1e-3  # the adapter does change the policy
+    torch.testing.assert_close(after, adapted, atol=0, rtol=0)  # and is back on afterwards
+
+
+def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
+    """No frozen copy under LoRA, and prepare_batch's reference logprobs are the base model's
+    (they would equal the policy's if the adapter were not switched off)."""
+    from agentic_rl.batch_filters import Episodes
+    from agentic_rl.trainer import build, prepare_batch
+    from agentic_rl.types import Task, Trajectory
+
+    cfg = load_config(
+        "calculator_grpo",
+        [
+            "model.name=tiny",
+            "model.lora_rank=4",
+            "warm_start.num_tasks=0",
+            "algo.kl_coef=0.05",
+            f"trainer.out_dir={tmp_path}",
+        ],
+        smoke=True,
+    )
+    setup = build(cfg)
+    assert setup.reference is None and is_lora(setup.policy)
+    assert setup.generator.model is unwrap(setup.policy)  # HF generation through the adapter
+    ids = setup.tokenizer("Q: 2 + 3? A: <calc>2+3</calc> so 5")["input_ids"]
+    samples = [
+        [
+            Trajectory(
+                ids, [0] * 6 + [1] * (len(ids) - 6), [0.0] * len(ids), 6, reward=r, group_id="g"
+            )
+        ]
+        for r in (0.0, 1.0)
+    ]
+    episodes = Episodes(samples, [Task("t", "q")] * 2)
+    perturb_adapter(setup.policy)
+    batch = prepare_batch(setup, episodes)
+    base, _ = load_policy(ModelConfig(name="tiny"), seed=cfg.trainer.seed)
+    with torch.no_grad():
+        expected, _, _ = token_logprobs(base, batch.input_ids, batch.attention_mask)
+        adapted, _, _ = token_logprobs(setup.policy, batch.input_ids, batch.attention_mask)
+    mask = batch.loss_mask > 0
+    assert mask.any()
+    torch.testing.assert_close(batch.ref_logprobs[mask], expected[mask], atol=1e-5, rtol=0)
+    assert (batch.ref_logprobs[mask] - adapted[mask]).abs().max() > 1e-3
+
+
+def test_hf_generator_samples_from_the_adapted_policy(tokenizer):
+    policy, _ = lora_policy()
+    perturb_adapter(policy, scale=0.3)
+    gen = HFGenerator(unwrap(policy), tokenizer)
+    prompt = tokenizer("What is 3 + 4?")["input_ids"]
+    out = gen.generate([prompt], SamplingParams(max_new_tokens=6, seed=5))[0]
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.no_grad():
+        lp, _, _ = token_logprobs(policy, ids, torch.ones_like(ids))
+    torch.testing.assert_close(lp[0, len(prompt) :], torch.tensor(out.logprobs), atol=1e-4, rtol=0)
+
+
+def test_adapter_only_checkpoint_round_trip(tmp_path):
+    policy, tokenizer = lora_policy()
+    perturb_adapter(policy)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-3)
+    ids, attn = batch_ids(tokenizer)
+    (-token_logprobs(policy, ids, attn)[0].sum()).backward()
+    optimizer.step()
+    path = save_checkpoint(tmp_path, 3, policy, optimizer, trainer_state={"note": "x"})
+    assert not (path / MODEL_FILE).exists()
+    adapter_files = sorted(p.name for p in (path / ADAPTER_DIR).iterdir())
+    assert adapter_files == ["adapter_config.json", "adapter_model.safetensors"]
+    assert json.loads((path / ADAPTER_DIR / "adapter_config.json").read_text())["r"] == 4
+    saved_bytes = (path / ADAPTER_DIR / "adapter_model.safetensors").stat().st_size
+    full_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    assert saved_bytes < 0.05 * full_bytes  # the frozen base is not in the checkpoint
+
+    fresh, _ = lora_policy()  # same base (seed), untrained adapter
+    fresh_opt = torch.optim.AdamW([p for p in fresh.parameters() if p.requires_grad], lr=1e-3)
+    state = load_checkpoint(path, fresh, fresh_opt)
+    assert state["step"] == 3 and state["note"] == "x"
+    for key, value in adapter_state(policy).items():
+        torch.testing.assert_close(adapter_state(fresh)[key], value, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            token_logprobs(fresh, ids, attn)[0], token_logprobs(policy, ids, attn)[0]
+        )
+    assert fresh_opt.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
+
+
+def test_checkpoint_kind_mismatches_are_named(tmp_path):
+    policy, _ = lora_policy()
+    full, _ = load_policy(ModelConfig(name="tiny"))
+    lora_ckpt = save_checkpoint(tmp_path / "lora", 1, policy, None)
+    full_ckpt = save_checkpoint(tmp_path / "full", 1, full, None)
+    with pytest.raises(CheckpointError, match="LoRA adapter only"):
+        load_checkpoint(lora_ckpt, load_policy(ModelConfig(name="tiny"))[0])
+    with pytest.raises(CheckpointError, match="full model weights"):
+        load_checkpoint(full_ckpt, lora_policy()[0])
+    rank8 = ModelConfig(name="tiny", lora_rank=8, lora_alpha=8.0)
+    with pytest.raises(CheckpointError, match="lora_rank"):
+        load_checkpoint(lora_ckpt, lora_policy(cfg=rank8)[0])
+
+
+def test_merged_copy_folds_the_adapter_and_leaves_the_policy(tokenizer):
+    policy, _ = lora_policy()
+    perturb_adapter(policy)
+    merged = merged_copy(policy)
+    assert not is_lora(merged) and is_lora(policy)
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    ids, attn = batch_ids(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            token_logprobs(merged, ids, attn)[0],
+            token_logprobs(policy, ids, attn)[0],
+            atol=1e-5,
+            rtol=0,
+        )
+
+
+def test_missing_peft_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
+    with pytest.raises(ModelLoadError, match=r"agentic-rl\[peft\]"):
+        require_peft()
+    with pytest.raises(ModelLoadError, match=r"agentic-rl\[peft\]"):
+        load_policy(LORA)
+    assert not is_lora(torch.nn.Linear(2, 2))
+
+
+def test_bad_lora_targets_are_a_clear_error():
+    with pytest.raises(ModelLoadError, match="lora_targets"):
+        load_policy(ModelConfig(name="tiny", lora_rank=2, lora_targets=["no_such_proj"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.lora_alpha=32"], "model.lora_rank=0"),
+        (["model.lora_rank=-1"], "lora_rank must be >= 0"),
+        (["model.lora_rank=4", "model.lora_targets=q_proj"], "list of layer names"),
+        (["model.lora_rank=4", "model.lora_alpha=0"], "lora_alpha must be > 0"),
+        (["model.lora_rank=4", "algo.kl_coef=0.1"], "warm start"),
+    ],
+)
+def test_lora_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("calculator_grpo", overrides)  # this recipe has a warm start
+
+
+@pytest.mark.slow
+def test_smoke_recipe_trains_only_the_adapter_and_resumes(tmp_path):
+    """The defining mechanism end to end: after RL steps with LoRA the base weights are bit-for-
+    bit the initial ones, the adapter moved, checkpoints are adapter-only, and a resumed run
+    continues from the adapter."""
+    from agentic_rl.trainer import build, train
+
+    overrides = [
+        "model.name=tiny",
+        "model.lora_rank=4",
+        "model.lora_alpha=16",
+        "warm_start.num_tasks=0",
+        "algo.kl_coef=0.05",
+        "algo.entropy_coef=0.01",  # random-token episodes all score alike: keep updates non-trivial
+        "optim.lr=0.01",
+        "trainer.eval_before=false",
+        "trainer.tensorboard=false",
+        "trainer.progress=false",
+        f"trainer.out_dir={tmp_path}",
+    ]
+    train(load_config("calculator_grpo", [*overrides, "trainer.steps=1"], smoke=True))
+    run = tmp_path / "calculator_grpo"
+    first = sorted((run / "checkpoints").iterdir())[-1]
+    assert first.name == "step_000001"
+    assert (first / ADAPTER_DIR / "adapter_model.safetensors").is_file()
+    assert not (first / MODEL_FILE).exists()
+
+    cfg = load_config("calculator_grpo", overrides, smoke=True)  # 2 steps: resumes at step 1
+    summary = train(cfg)
+    assert summary["after"]["success"] >= 0
+    last = sorted((run / "checkpoints").iterdir())[-1]
+    assert last.name == "step_000002"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(r["step"] for r in rows if "train/kl" in r) == [1, 2]  # no step redone
+
+    initial = build(cfg).policy  # base + zero adapter, as the run started
+    trained = build(cfg).policy
+    load_checkpoint(last, trained)  # the frozen base comes from model.name, the adapter from disk
+    with torch.no_grad():
+        moved = sum(
+            float((a - b).abs().sum())
+            for a, b in zip(
+                adapter_state(trained).values(), adapter_state(initial).values(), strict=True
+            )
+        )
+    assert moved > 0  # the RL steps changed the adapter
+    # The optimizer only ever held the adapter: one state per LoRA tensor, none for the base.
+    opt = torch.load(last / "optimizer.pt", weights_only=True)["optimizer"]
+    assert len(opt["state"]) == len(adapter_state(trained)) < len(list(trained.parameters()))
