@@ -54,7 +54,10 @@ STEP = ["rollout.mode=step"]
         (["algo.trr_type_field=template"], "algo.trr_type_field is set but does nothing"),
         (["algo.name=trr_pp", "algo.trr_type_field="], "algo.trr_type_field must name"),
         (["dpo.beta=0"], "dpo.beta must be > 0"),
-        (["env.name=gridworld", "env.topk=2"], "env.topk only applies to search_qa"),
+        (
+            ["env.name=gridworld", "env.topk=2"],
+            "env.topk does nothing: env.name=gridworld has no search tool",
+        ),
     ],
 )
 def test_invalid_algorithm_combinations_fail_at_load(overrides, message):

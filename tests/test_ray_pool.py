@@ -1,0 +1,199 @@
+"""Envs on Ray actors, on a real local Ray cluster (no mocks): same numbers as in-process,
+overlapping slow steps, a killed worker's episode replayed and counted, a dead cluster
+reported and the run resumed from its checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from agentic_rl import trainer
+from agentic_rl.config import ConfigError, load_config
+from agentic_rl.ray_generator import RayGenerator
+from agentic_rl.ray_pool import EnvPool, RayError, import_ray
+from agentic_rl.rollout.loop import policy_actor, run_episodes, step_envs
+from agentic_rl.types import Action
+
+# A tiny random model on a few short turns: the numbers compared are exact either way.
+FAST = [
+    "model.name=tiny",
+    "warm_start.num_tasks=0",
+    "trainer.eval_before=false",
+    "trainer.progress=false",
+    "trainer.tensorboard=false",
+    "env.num_eval_tasks=1",
+    "rollout.tasks_per_step=1",
+    "rollout.max_turns=2",
+    "rollout.max_tokens_per_turn=4",
+    "algo.entropy_coef=0.01",  # every step updates, so step 2 depends on step 1's update
+]
+TIMING = ("seconds", "time", "tokens_per_s")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_missing_ray_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray has
+    with pytest.raises(RayError, match=r"pip install 'agentic-rl\[ray\]'"):
+        import_ray()
+    cfg = load_config("calculator_grpo", ["ray.enabled=true"])
+    with pytest.raises(RayError, match="ray.enabled=true needs Ray"):
+        EnvPool(cfg)
+
+
+def test_ray_settings_are_validated():
+    with pytest.raises(ConfigError, match="ray.num_env_workers is set but does nothing"):
+        load_config(None, ["ray.num_env_workers=4"])
+    with pytest.raises(ConfigError, match="ray.call_timeout_s"):
+        load_config(None, ["ray.enabled=true", "ray.call_timeout_s=5", "env.tool_timeout_s=10"])
+    with pytest.raises(ConfigError, match="ray.num_cpus sizes a local cluster"):
+        load_config(None, ["ray.enabled=true", "ray.num_cpus=2", "ray.address=auto"])
+
+
+@pytest.mark.slow
+def test_smoke_recipe_through_ray_matches_in_process_run(cluster, tmp_path):
+    """Envs on Ray workers and the generator in its own actor (the weights sent to it after
+    every update): every logged number of the run equals the in-process run's."""
+    runs = {}
+    generator = ["ray.generator_actor=true", "ray.generator_cpus=0.5"]
+    for name, extra in (("local", []), ("ray", ["ray.enabled=true", *generator])):
+        cfg = load_config(
+            "calculator_grpo", [*FAST, f"trainer.out_dir={tmp_path / name}", *extra], True
+        )
+        trainer.train(cfg)
+        lines = (tmp_path / name / "calculator_grpo" / "metrics.jsonl").read_text().splitlines()
+        runs[name] = [json.loads(line) for line in lines]
+    assert len(runs["local"]) == len(runs["ray"]) == 3  # 2 steps + the final eval
+    for local, remote in zip(runs["local"], runs["ray"], strict=True):
+        same = {k: v for k, v in local.items() if not any(t in k for t in TIMING)}
+        assert same == {k: remote[k] for k in same}
+    steps = [m for m in runs["ray"] if "train/reward" in m]
+    assert all(m["train/env_workers_lost"] == 0 for m in steps)
+    assert all(m["train/loss"] != 0 for m in steps)  # the updates ran
+
+
+def _ray_setup(extra: list[str]) -> tuple[trainer.Setup, trainer.Setup]:
+    local = trainer.build(load_config("calculator_grpo", FAST, smoke=True))
+    remote = trainer.build(
+        load_config("calculator_grpo", [*FAST, "ray.enabled=true", *extra], True)
+    )
+    return local, remote
+
+
+def test_killed_worker_episode_is_replayed_identically_and_counted(cluster):
+    """Generation in the generator actor, env steps on the env workers; one worker killed."""
+    generator = ["ray.generator_actor=true", "ray.generator_cpus=0.5"]
+    local, remote = _ray_setup(["ray.max_episode_retries=1", *generator])
+    pool = remote.env_pool
+    try:
+        assert isinstance(remote.generator, RayGenerator) and remote.generator.pid != os.getpid()
+        assert os.getpid() not in pool.worker_pids()
+        tasks = local.train_tasks[:2]
+        cfg = remote.cfg.rollout
+
+        def killing_actor(victim_slot: int, turns: tuple[int, ...]):
+            base = policy_actor(remote.generator, remote.fmt, cfg, seed=3)
+
+            def act(episodes, budgets, turn):
+                if turn in turns:  # mid-episode: after a step, before the next one
+                    os.kill(pool.worker_pids()[victim_slot], signal.SIGKILL)
+                return base(episodes, budgets, turn)
+
+            return act
+
+        envs = pool.make(2)
+        out = run_episodes(
+            envs, tasks, ["g", "g"], killing_actor(envs[0].slot, (1,)), remote.fmt,
+            remote.tokenizer, cfg, 3,
+        )  # fmt: skip
+        assert pool.take_metrics() == {"env_workers_lost": 1.0, "env_episodes_replayed": 1.0}
+        envs_local = trainer.make_envs(local.cfg, 2)
+        act = policy_actor(local.generator, local.fmt, local.cfg.rollout, seed=3)
+        expected = run_episodes(
+            envs_local, tasks, ["g", "g"], act, local.fmt, local.tokenizer, local.cfg.rollout, 3
+        )
+        assert all(len(t.turn_spans) == 2 for t in out)  # the kill really was mid-episode
+        for got, want in zip(out, expected, strict=True):
+            assert got.token_ids == want.token_ids and got.reward == want.reward
+
+        # An episode that loses its worker more than ray.max_episode_retries times stops the run.
+        envs = pool.make(1)
+        with pytest.raises(RayError, match=r"lost its env worker 2 times.*max_episode_retries=1"):
+            run_episodes(
+                envs, tasks[:1], ["g"], killing_actor(envs[0].slot, (0, 1)), remote.fmt,
+                remote.tokenizer, cfg, 3,
+            )  # fmt: skip
+    finally:
+        pool.close()
+
+
+def test_slow_steps_on_different_workers_overlap(cluster):
+    """The point of the pool: the steps of a turn run at the same time on different workers."""
+    cfg = load_config("calculator_grpo", ["ray.enabled=true", "env.options={step_latency_s: 1.0}"])
+    pool = EnvPool(cfg)
+    try:
+        envs = pool.make(2)
+        for env, task in zip(envs, trainer.make_tasks(cfg, "eval")[:2], strict=True):
+            env.reset(task, seed=0)
+        t0 = time.perf_counter()
+        results = step_envs(envs, [Action(kind="answer", text="1")] * 2)
+        elapsed = time.perf_counter() - t0
+        assert all(r.terminated for r in results)
+        assert elapsed < 1.9, f"two 1 s steps took {elapsed:.2f} s: they did not overlap"
+    finally:
+        pool.close()
+
+
+def _kill_tree(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_dead_cluster_is_reported_and_a_rerun_resumes(tmp_path):
+    """The trainer starts its own local cluster; it is killed after the first checkpoint."""
+    cmd = [
+        sys.executable, "-m", "agentic_rl.cli", "train", "calculator_grpo", "--smoke", *FAST,
+        f"trainer.out_dir={tmp_path}", "rollout.max_turns=1", "ray.enabled=true",
+        "ray.num_cpus=2", "ray.call_timeout_s=10", "env.tool_timeout_s=5",
+    ]  # fmt: skip
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = tmp_path / "calculator_grpo" / "checkpoints" / "step_000001" / "COMPLETE"
+    cluster_procs: list[psutil.Process] = []
+    try:
+        deadline = time.time() + 300
+        while not first.exists() and run.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert first.exists(), run.communicate()[1][-2000:]
+        cluster_procs = psutil.Process(run.pid).children(recursive=True)
+        _kill_tree(cluster_procs)  # every Ray process of the run: GCS, raylet, workers
+        _, err = run.communicate(timeout=240)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        _kill_tree(cluster_procs)
+    assert run.returncode == 2
+    assert "the Ray cluster is gone" in err
+    assert "resume from the last checkpoint" in err and "step_000001" in err
+    assert not (tmp_path / "calculator_grpo" / "summary.json").exists()
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "resuming from" in rerun.stdout and "step_000001" in rerun.stdout
+    summary = json.loads((tmp_path / "calculator_grpo" / "summary.json").read_text())
+    assert summary["steps"] == 2
