@@ -75,10 +75,33 @@ def test_ttrl_majority_vote_relabels_and_keeps_m_of_n():
     assert metrics["ttrl_vote_share"] == pytest.approx((2 / 4 + 1) / 2)
 
 
-def test_normalize_answer_for_voting():
-    assert bf.normalize_answer(" 1,905. ") == "1905"
-    assert bf.normalize_answer("2.50") == "2.5"
-    assert bf.normalize_answer("The  Cat") == "the cat"
+def test_ttrl_votes_over_canonical_answers_of_the_last_model_turn(tokenizer):
+    texts = [
+        "<answer>1,905</answer>",
+        "<answer>1905.0</answer>",
+        "\\boxed{1905}",
+        "<answer>7</answer>",
+    ]
+    eps = Episodes([episode(0.0, "a", text=t) for t in texts], [Task("a", "", ["1905"])] * 4)
+    _, metrics = bf.ttrl_relabel(eps, train_samples=4)
+    assert rewards(eps) == [1.0, 1.0, 1.0, 0.0]  # "1,905", "1905.0" and \\boxed{1905} agree
+    assert metrics["ttrl_label_accuracy"] == 1.0 and metrics["ttrl_vote_share"] == 0.75
+    # an observation quoting the answer syntax (a usage hint) is not the model's answer
+    turn = tokenizer("<calc>1+</calc>", add_special_tokens=False)["input_ids"]
+    hint = tokenizer(" Invalid action. Use <answer>...</answer>.", add_special_tokens=False)
+    ids = [1] + turn + hint["input_ids"]
+    t = Trajectory(
+        ids,
+        [0] + [1] * len(turn) + [0] * (len(ids) - 1 - len(turn)),
+        [0.0] * len(ids),
+        prompt_length=1,
+        turn_spans=[(1, 1 + len(turn))],
+        group_id="b",
+        completion_text=tokenizer.decode(ids[1:]),
+        metrics={"response_tokens": 1.0},
+    )
+    assert "<answer>...</answer>" in bf.model_answer_text([t])  # without the tokenizer
+    assert bf.model_answer_text([t], tokenizer) == "<calc>1+</calc>"
 
 
 def test_roc_keeps_cleanest_positives_and_class_proportions():

@@ -97,3 +97,18 @@ def test_tiny_model_uses_the_bundled_vocabulary(tokenizer):
     model, tok = load_policy(ModelConfig(name="tiny"))
     assert model.config.vocab_size == len(tok) == len(tokenizer)
     assert sum(p.numel() for p in model.parameters()) < 3_000_000
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    """Recomputing layer activations in the backward pass changes memory, not the gradient."""
+    grads = []
+    for checkpointing in (False, True):
+        model, _ = load_policy(ModelConfig(name="tiny", gradient_checkpointing=checkpointing))
+        model.train()
+        ids = torch.arange(10, 34).reshape(2, 12)
+        lp, _, _ = token_logprobs(model, ids, torch.ones_like(ids), chunk_size=4)
+        lp.sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert model.model.gradient_checkpointing  # the flag reached the backbone
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -5,6 +5,7 @@ import zlib
 import pytest
 
 from agentic_rl import trainer
+from agentic_rl.backends import base as backends_base
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.cli import main
 from agentic_rl.logging import read_metrics
@@ -39,7 +40,7 @@ class SometimesAnswers(HFGenerator):
 
 
 def test_dapo_math_smoke_drops_equal_reward_groups_and_samples_more(tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer, "HFGenerator", SometimesAnswers)
+    monkeypatch.setattr(backends_base, "HFGenerator", SometimesAnswers)
     out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=dapo"]
     assert main(["train", "dapo_math", *SMOKE, *out, "--smoke"]) == 0
     rows = train_rows(tmp_path / "dapo")

@@ -19,22 +19,22 @@ import math
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from agentic_rl.algos.filters import (
     dynamic_sampling_keep,
-    majority_vote,
-    majority_vote_rewards,
     reward_variance_keep,
     roc_downsample,
     roc_penalties,
 )
 from agentic_rl.algos.losses import overlong_soft_penalty
+from agentic_rl.rewards.math import math_equal
+from agentic_rl.rewards.ttrl import ttrl_rewards
 from agentic_rl.types import Task, Trajectory
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
 @dataclass
@@ -82,37 +82,35 @@ def _set_reward(samples: list[Trajectory], reward: float) -> None:
         sample.reward = reward
 
 
-def normalize_answer(text: str) -> str:
-    """Canonical answer for voting: lower-case, single spaces, no trailing period; numbers as
-    numbers ("1,905" and "1905.0" vote together)."""
-    text = " ".join(text.strip().lower().split()).rstrip(".")
-    plain = text.replace(",", "")
-    if _NUMBER.match(plain):
-        value = float(plain)
-        return str(int(value)) if value == int(value) else str(value)
-    return text
+def model_answer_text(samples: list[Trajectory], tokenizer: Any = None) -> str:
+    """The text an episode's answer is read from: its last model turn (decoded with `tokenizer`)
+    so that env observations (e.g. a usage hint quoting `<answer>...</answer>`) never vote;
+    the whole completion text without a tokenizer or turn spans."""
+    last = samples[-1]
+    if tokenizer is None or not last.turn_spans:
+        return last.completion_text
+    start, end = last.turn_spans[-1]
+    return str(tokenizer.decode(last.token_ids[start:end]))
 
 
-def final_answer(trajectory: Trajectory) -> str | None:
-    """The last `<answer>...</answer>` in the episode's text, normalised; None if absent."""
-    found = _ANSWER.findall(trajectory.completion_text)
-    return normalize_answer(found[-1]) if found else None
-
-
-def ttrl_relabel(episodes: Episodes, train_samples: int) -> tuple[Episodes, dict[str, float]]:
+def ttrl_relabel(
+    episodes: Episodes, train_samples: int, tokenizer: Any = None
+) -> tuple[Episodes, dict[str, float]]:
     """TTRL (Zuo et al. 2025): per task, the majority answer of its N samples is the pseudo-label;
     reward = 1 if a sample's answer equals it, else 0; the first `train_samples` (M) episodes of
     each group are kept for training (samples are i.i.d., so the first M are a fair subset).
+    Answers are canonical math answers of the last model turn (`rewards.ttrl`: the last
+    <answer>, else \\boxed{}, else "Answer: ..."; numbers as exact fractions).
     Logs the label accuracy against the gold answers, which TTRL never trains on."""
     keep, correct_labels, shares = [], [], []
     for group in episodes.groups():
-        answers = [final_answer(episodes.samples[i][0]) for i in group]
-        label, share = majority_vote(answers)
-        for i, reward in zip(group, majority_vote_rewards(answers, label), strict=True):
+        result = ttrl_rewards([model_answer_text(episodes.samples[i], tokenizer) for i in group])
+        for i, reward in zip(group, result.rewards, strict=True):
             _set_reward(episodes.samples[i], reward)
-        gold = {normalize_answer(a) for a in episodes.tasks[group[0]].answers}
-        correct_labels.append(float(label is not None and label in gold))
-        shares.append(share)
+        golds = episodes.tasks[group[0]].answers
+        right = result.label is not None and any(math_equal(result.label, g) for g in golds)
+        correct_labels.append(float(right))
+        shares.append(result.vote_share)
         keep += group[:train_samples]
     metrics = {
         "ttrl_label_accuracy": sum(correct_labels) / max(len(correct_labels), 1),

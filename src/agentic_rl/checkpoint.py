@@ -3,7 +3,9 @@
 Layout of one checkpoint (`OUT` is the run's output directory)::
 
     OUT/checkpoints/step_000012/
-        model.safetensors          policy state_dict (tied weights stored once)
+        model.safetensors          policy state_dict (tied weights stored once), or for a LoRA
+        adapter/                   policy only its adapter, as a PEFT directory (the frozen
+                                   base is rebuilt from model.name)
         <name>.safetensors         one per extra module, e.g. value_head.safetensors
         optimizer.pt               {"optimizer": ..., "scheduler": ...}
         trainer_state.json         {"step": 12, ...whatever the trainer passed}
@@ -28,12 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_model
 from torch import nn
 from torch.optim import Optimizer
 
+from agentic_rl.lora import ADAPTER_WEIGHTS, is_lora, load_adapter_state, save_adapter
+
 CHECKPOINTS_DIRNAME = "checkpoints"
 MODEL_FILE = "model.safetensors"
+ADAPTER_DIR = "adapter"
 OPTIMIZER_FILE = "optimizer.pt"
 TRAINER_STATE_FILE = "trainer_state.json"
 RNG_FILE = "rng.pt"
@@ -179,9 +184,16 @@ def _write_checkpoint_files(
     extra_modules: Mapping[str, nn.Module],
 ) -> None:
     """Write every checkpoint file into `tmp`, the COMPLETE marker last."""
-    # save_model stores tensors that share storage (tied embeddings) once and records the
-    # dropped aliases in the header metadata; load_model re-ties them through the module.
-    _write_durable(tmp / MODEL_FILE, lambda p: save_model(model, str(p), metadata={"format": "pt"}))
+    if is_lora(model):  # the adapter alone: megabytes instead of the whole model
+        for file in save_adapter(model, tmp / ADAPTER_DIR):
+            _fsync_path(file)
+        _fsync_path(tmp / ADAPTER_DIR)
+    else:
+        # save_model stores tensors that share storage (tied embeddings) once and records the
+        # dropped aliases in the header metadata; load_model re-ties them through the module.
+        _write_durable(
+            tmp / MODEL_FILE, lambda p: save_model(model, str(p), metadata={"format": "pt"})
+        )
     for name, module in extra_modules.items():
         _write_durable(
             tmp / f"{name}.safetensors",
@@ -322,8 +334,12 @@ def load_checkpoint(
             f"incomplete checkpoint: {path} has no {COMPLETE_MARKER} marker "
             "(the save was interrupted); use latest_checkpoint() to find a complete one"
         )
+    if (path / "distributed.json").is_file():  # shards of a torchrun run (fsdp_checkpoint.py)
+        from agentic_rl.fsdp_checkpoint import check_layout
+
+        check_layout(path, world_size=1, sharded=False)
     # Check every needed file before mutating anything, so a failed load leaves state untouched.
-    model_file = _require(path / MODEL_FILE, "model weights")
+    model_file = _model_file(path, model)
     extra_files = {
         name: _require(path / f"{name}.safetensors", f"extra module {name!r}")
         for name in (extra_modules or {})
@@ -334,7 +350,10 @@ def load_checkpoint(
         opt_file = _require(path / OPTIMIZER_FILE, "optimizer/scheduler state")
     rng_file = _require(path / RNG_FILE, "RNG state") if restore_rng else None
 
-    _load_module(model, model_file)
+    if is_lora(model):
+        _load_adapter(model, model_file)
+    else:
+        _load_module(model, model_file)
     for name, module in (extra_modules or {}).items():
         _load_module(module, extra_files[name])
     if opt_file is not None:
@@ -342,6 +361,31 @@ def load_checkpoint(
     if rng_file is not None:
         _restore_rng(torch.load(rng_file, map_location="cpu", weights_only=True))
     return json.loads(state_file.read_text(encoding="utf-8"))
+
+
+def _model_file(path: Path, model: nn.Module) -> Path:
+    """The policy's weights file, checking that the checkpoint kind matches the model's."""
+    adapter_file = path / ADAPTER_DIR / ADAPTER_WEIGHTS
+    if is_lora(model):
+        if not adapter_file.is_file() and (path / MODEL_FILE).is_file():
+            raise CheckpointError(
+                f"{path} holds full model weights but the policy has a LoRA adapter "
+                "(model.lora_rank > 0): resume with the run's own model.lora_rank=0"
+            )
+        return _require(adapter_file, "LoRA adapter weights")
+    if adapter_file.is_file() and not (path / MODEL_FILE).is_file():
+        raise CheckpointError(
+            f"{path} holds a LoRA adapter only but the policy has none: resume with the run's "
+            "own model.lora_rank / model.lora_targets"
+        )
+    return _require(path / MODEL_FILE, "model weights")
+
+
+def _load_adapter(model: nn.Module, path: Path) -> None:
+    try:
+        load_adapter_state(model, load_file(str(path)))
+    except ValueError as err:
+        raise CheckpointError(f"cannot load {path}: {err}") from err
 
 
 def _load_optimizer(path: Path, optimizer: Optimizer | None, scheduler: Any) -> None:

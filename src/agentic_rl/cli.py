@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import ConfigError, load_config, recipe_dirs
+from agentic_rl.export import add_export_command
 from agentic_rl.retrieval.cli import add_index_commands
+from agentic_rl.serving.cli import add_serve_policy_command
 from agentic_rl.tools.sandbox.cli import add_sandbox_command
 
 
@@ -18,6 +20,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.recipe, args.overrides, smoke=args.smoke)
     train(cfg)
+    if cfg.learner.strategy == "fsdp2":  # torchrun: every process leaves the group together
+        from agentic_rl.fsdp import shutdown
+
+        shutdown()
     return 0
 
 
@@ -143,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stage_commands(sub)
     add_index_commands(sub)
     add_sandbox_command(sub)
+    add_serve_policy_command(sub)
+    add_export_command(sub)
     return parser
 
 
@@ -164,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         args.recipe = None
     from agentic_rl.checkpoint import CheckpointError
     from agentic_rl.models import ModelLoadError
+    from agentic_rl.ray_pool import RayError  # Ray itself is imported only when used
     from agentic_rl.rollout.chat import TokenizerCheckError
 
     try:
         return args.fn(args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
-    except (ModelLoadError, TokenizerCheckError, CheckpointError) as err:
+    except (ModelLoadError, TokenizerCheckError, CheckpointError, RayError) as err:
         print(f"error: {err}", file=sys.stderr)
     return 2
 

@@ -74,6 +74,10 @@ class ModelConfig:
     tensor is never materialised for the whole batch."""
     cache_dir: str = ""
     """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of storing them:
+    activation memory drops from all layers to about one layer per micro-batch, for roughly a
+    third more compute in the update (see bench/train_memory.py)."""
     lora_rank: int = 0
     """LoRA rank r (PEFT, extra `agentic-rl[peft]`); 0 = full fine-tuning. With r > 0 only the
     adapters train, the KL reference is the base model with the adapter switched off (no second
@@ -101,7 +105,8 @@ class EnvConfig:
     """Environment: "search_qa", "multihop_qa" (two-hop search), "zerosearch_qa" (two-hop, an
     LLM-simulated search engine), "web_qa" (two-hop, web search + browsing), "calculator",
     "math_tool" (python sandbox), "math_text" (no tools), "math_multitool" (python +
-    calculator, ARTIST's reward), "code_repair" or "gridworld" (multi-step, GiGPO)."""
+    calculator, ARTIST's reward), "code_repair", "code_self_play" (Absolute Zero's propose /
+    solve code tasks) or "gridworld" (multi-step, GiGPO)."""
     num_train_tasks: int = 2000
     """Training tasks generated from `seed` (sampled with replacement per step)."""
     num_eval_tasks: int = 100
@@ -169,6 +174,16 @@ class RolloutConfig:
     """Asynchronous rollouts (AReaL): 0 = synchronous (generate, then update, in turn). k > 0 =
     a rollout worker keeps generating while the learner updates, on samples from policy versions
     at most k updates old; stale tokens are corrected with decoupled PPO (algo.stale_is_cap)."""
+    thinking_mode: str = "off"
+    """Qwen3 thinking switch (rollout/think_budget.py): "off", "think" or "no_think" (the flag
+    appended to the user message; no-think prompts are prefilled with an empty <think> block),
+    or "both" (one mode per task, half and half)."""
+    think_budget: int = 0
+    """Qwen3 thinking budget: a turn's <think> block is cut after this many sampled tokens and
+    `think_stop`'s phrase is inserted (loss mask 0) before the model answers; 0 = no budget."""
+    think_stop: str = "qwen3"
+    """Text inserted at the budget: "qwen3" (the report's "Considering the limited time by the
+    user, ..." then </think>) or "short" (just </think>)."""
 
 
 @dataclass
@@ -315,8 +330,9 @@ class VLLMConfig:
 
 @dataclass
 class RayConfig:
-    """Env and tool workers on Ray actors (extra `agentic-rl[ray]`), so rollouts with slow tools
-    spread over a cluster. The learner and generator stay in the driver process."""
+    """Env and tool workers (and optionally the generator) on Ray actors (extra
+    `agentic-rl[ray]`), so rollouts with slow tools spread over a cluster. The learner stays in
+    the driver process."""
 
     enabled: bool = False
     """Run the envs (and their tools: retriever, sandbox...) on Ray actors."""
@@ -336,6 +352,13 @@ class RayConfig:
     call_timeout_s: float = 120.0
     """An env call that has not returned after this long counts as a lost worker; keep it above
     env.tool_timeout_s."""
+    generator_actor: bool = False
+    """Generate in a Ray actor of its own (its own copy of the weights, sent after every update)
+    placed with generator_cpus / generator_gpus, e.g. on a GPU node; off = in the driver."""
+    generator_cpus: float = 1.0
+    """CPUs Ray reserves for the generator actor."""
+    generator_gpus: float = 0.0
+    """GPUs Ray reserves for the generator actor (it moves its model to its GPU)."""
 
 
 @dataclass
@@ -500,10 +523,6 @@ def _build(data: dict[str, Any], smoke: bool) -> Config:
     cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
-    if smoke and cfg.filters.roc:  # RoC keeps >= min per class of the smoke's tiny groups
-        cfg.filters.roc_min_per_class = min(
-            cfg.filters.roc_min_per_class, cfg.rollout.group_size // 2
-        )
     validate(cfg)
     return cfg
 

@@ -42,6 +42,7 @@ ENV_NAMES = (
     "math_text",
     "math_multitool",
     "code_repair",
+    "code_self_play",
     "gridworld",
 )
 # Envs whose observations carry an anchor state (Observation.anchor), which GiGPO groups on.
@@ -159,6 +160,8 @@ def validate(cfg: Config) -> None:
     _validate_step_mode(cfg)
     _validate_context_budget(cfg)
     _validate_filters(cfg)
+    _validate_thinking(cfg)
+    _validate_self_play(cfg)
     _validate_lora_and_backend(cfg)
     _validate_learner(cfg)
     validate_distributed(cfg)
@@ -309,6 +312,52 @@ def _validate_filters(cfg: Config) -> None:
             raise ConfigError("filters.ttrl_vote_samples votes on final answers: rollout.mode=step")
 
 
+def _validate_self_play(cfg: Config) -> None:
+    """env.name=code_self_play runs its own propose/solve step instead of the batch filters."""
+    if cfg.env.name != "code_self_play":
+        return
+    for key in ("filters.dynamic_sampling", "filters.roc", "filters.ttrl_vote_samples"):
+        if _get(cfg, key):
+            raise ConfigError(
+                f"{key} does not apply to env.name=code_self_play: its self-play step picks the "
+                "tasks and rewards of every step (propose, validate, solve)"
+            )
+    if cfg.rollout.mode != "episode" or cfg.rollout.max_turns != 1:
+        raise ConfigError(
+            "env.name=code_self_play plays one answer per episode: set rollout.mode=episode "
+            f"and rollout.max_turns=1 (got {cfg.rollout.mode}, {cfg.rollout.max_turns})"
+        )
+
+
+def _validate_thinking(cfg: Config) -> None:
+    from agentic_rl.rollout.think_budget import STOP_TEXTS, THINKING_MODES
+
+    rollout = cfg.rollout
+    _check_choice("rollout.thinking_mode", rollout.thinking_mode, THINKING_MODES)
+    _check_choice("rollout.think_stop", rollout.think_stop, tuple(STOP_TEXTS))
+    _check_positive(cfg, ["rollout.think_budget"], allow_zero=True)
+    for key in ("rollout.thinking_mode", "rollout.think_budget"):
+        if _get(cfg, key) != _default(cfg, key) and (
+            rollout.mode != "episode" or rollout.context_budget
+        ):
+            raise ConfigError(
+                f"{key} applies to episode rollouts without a context budget "
+                "(rollout.mode=episode, rollout.context_budget=0)"
+            )
+    if not rollout.think_budget:
+        _unused(cfg, ["rollout.think_stop"], "rollout.think_budget=0 (no thinking budget)")
+        return
+    if rollout.thinking_mode == "no_think":
+        raise ConfigError("rollout.think_budget does nothing with rollout.thinking_mode=no_think")
+    if rollout.think_budget >= rollout.max_tokens_per_turn:
+        raise ConfigError(
+            f"rollout.think_budget={rollout.think_budget} must be below "
+            f"rollout.max_tokens_per_turn={rollout.max_tokens_per_turn}: the turn would end first"
+        )
+    if rollout.max_staleness:
+        raise ConfigError("rollout.think_budget is not wired into asynchronous rollouts yet")
+
+
 def _validate_env_options(cfg: Config) -> None:
     from agentic_rl.envs import env_parameters, split_options  # heavy imports: only here
 
@@ -318,6 +367,14 @@ def _validate_env_options(cfg: Config) -> None:
         split_options(cfg.env.name, cfg.env.options)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    from agentic_rl.envs.search_schemes import SCHEMES
+
+    scheme = SCHEMES.get(str(cfg.env.options.get("reward")))
+    if scheme is not None and scheme.score is not None and cfg.rollout.chat_format != "tags":
+        raise ConfigError(
+            f"env.options.reward={scheme.name} scores <think>/<search>/<answer> tags: it needs "
+            f"rollout.chat_format=tags, got {cfg.rollout.chat_format}"
+        )
 
 
 def _validate_lora_and_backend(cfg: Config) -> None:

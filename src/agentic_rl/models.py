@@ -133,7 +133,8 @@ def tiny_model(vocab_size: int, seed: int = 0) -> nn.Module:
 
 
 def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
-    """The trainable policy and its tokenizer."""
+    """The trainable policy and its tokenizer; with model.lora_rank > 0 the policy is a PEFT
+    model whose LoRA adapters are its only trainable parameters (see lora.py)."""
     tokenizer = load_tokenizer(cfg)
     dtype = getattr(torch, cfg.dtype)
     if cfg.name == TINY_NAME:
@@ -146,6 +147,13 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
         except OSError as err:
             raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
     model.config.use_cache = False  # training forward passes never need the KV cache
+    if cfg.gradient_checkpointing:
+        # Non-reentrant: works with inputs that need no grad and with the chunked logprob head.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora_rank > 0:  # frozen base + trainable adapters (extra `agentic-rl[peft]`)
+        from agentic_rl.lora import apply_lora
+
+        model = apply_lora(model, cfg)
     return model, tokenizer
 
 
@@ -204,6 +212,8 @@ def token_logprobs(
     The projection runs over `chunk_size` x B rows at a time under activation checkpointing, so
     peak memory stays at one chunk of logits in the forward and the backward pass alike.
     """
+    if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
+        model = model.get_base_model()
     backbone = getattr(model, model.base_model_prefix)
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     weight = model.get_output_embeddings().weight

@@ -176,8 +176,15 @@ def save_trajectories(path: str | Path, trajectories: list[Trajectory]) -> None:
 
 def save_model(model: nn.Module, tokenizer: Any, out: Path) -> Path:
     """Save a Hugging Face model directory that `model.name=OUT/model` loads."""
-    target = out / "model"
-    model.save_pretrained(target)
+    return save_hf_model(model, tokenizer, out / "model")
+
+
+def save_hf_model(model: nn.Module, tokenizer: Any, target: Path) -> Path:
+    """Write `target` as a plain Hugging Face model directory (config.json, safetensors
+    weights, tokenizer) that `model.name=TARGET` loads."""
+    from agentic_rl.lora import merged_copy
+
+    merged_copy(model).save_pretrained(target)  # a LoRA policy: adapter folded into the weights
     tokenizer.save_pretrained(target)
     return target
 

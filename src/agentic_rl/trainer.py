@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +24,29 @@ from torch import nn
 
 from agentic_rl import batch_filters as bf
 from agentic_rl.algos.losses import overlong_filter_mask
-from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.async_rollout import CollectFn, correct_stale, rollout_source
+from agentic_rl.backends.base import Generator, make_generator, release_for_update, sync_weights
 from agentic_rl.batch_filters import Episodes
 from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentic_rl.config import Config
 from agentic_rl.envs.from_config import make_envs, make_tasks
-from agentic_rl.learner import TrainBatch, collate_episodes, compute_advantages, forward_no_grad
+from agentic_rl.learner import (
+    TrainBatch,
+    collate_episodes,
+    compute_advantages,
+    forward_no_grad,
+    unmask_observations,
+)
 from agentic_rl.learner import update as learner_update
 from agentic_rl.logging import RunLogger
+from agentic_rl.lora import adapter_disabled, is_lora
 from agentic_rl.models import ValueHead, frozen_copy, load_policy
+from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.chat import ChatFormat, check_prefix_preserving, make_chat_format
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes, run_stepwise
 from agentic_rl.run_summary import advantage_metrics, print_table, run_summary, summarize
-from agentic_rl.sft import train_sft
+from agentic_rl.self_play import self_play_step
+from agentic_rl.sft import save_model, train_sft
 from agentic_rl.types import Task, Trajectory
 
 
@@ -51,12 +61,14 @@ class Setup:
     cfg: Config
     policy: nn.Module
     tokenizer: Any
-    generator: HFGenerator
+    generator: Generator
     fmt: ChatFormat
     train_tasks: list[Task]
     eval_tasks: list[Task]
     reference: nn.Module | None = None
     value_head: nn.Module | None = None
+    env_pool: Any = None  # ray_pool.EnvPool with ray.enabled (envs on Ray actors), else None
+    dp: Any = None  # fsdp.DataParallel with learner.strategy=fsdp2 (under torchrun), else None
 
 
 def build(cfg: Config) -> Setup:
@@ -68,19 +80,19 @@ def build(cfg: Config) -> Setup:
         cfg=cfg,
         policy=policy,
         tokenizer=tokenizer,
-        generator=HFGenerator(
-            policy,
-            tokenizer,
-            max_batch_size=max(cfg.rollout.eval_batch_size, cfg.rollout.group_size),
-        ),
+        generator=make_generator(cfg, policy, tokenizer),  # rollout.backend: hf or vllm
         fmt=make_chat_format(cfg.rollout.chat_format, tools, tokenizer),
         train_tasks=make_tasks(cfg, "train"),
         eval_tasks=make_tasks(cfg, "eval"),
     )
-    if cfg.algo.kl_coef > 0:
+    if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
         setup.reference = frozen_copy(policy)
     if cfg.algo.name == "ppo":
         setup.value_head = ValueHead(policy.config.hidden_size)
+    if cfg.ray.enabled:  # envs (and the generator) on Ray actors; Ray is imported only here
+        from agentic_rl.ray_pool import attach_ray
+
+        attach_ray(setup)
     return setup
 
 
@@ -94,10 +106,17 @@ def play(
 ) -> list[list[Trajectory]]:
     """Run one episode per task in the configured rollout mode; samples per episode.
     `progress` (fraction of RL done) reaches envs that take it; None = the env's default."""
+    if setup.dp is not None:  # fsdp2: this process plays its share, every process gets all
+        here = replace(setup, dp=None)
+        return setup.dp.play(lambda t, g: play(here, t, g, act, seed, progress), tasks, groups)
     cfg = setup.cfg.rollout
-    envs = make_envs(setup.cfg, len(tasks), progress)
+    envs = make_envs(setup.cfg, len(tasks), progress, pool=setup.env_pool)
     if cfg.mode == "step":
         return run_stepwise(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
+    if cfg.context_budget:  # long horizons: segments, each turn in the context it saw
+        return run_budgeted_episodes(
+            envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed
+        )
     trajectories = run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
     return [[t] for t in trajectories]
 
@@ -106,7 +125,9 @@ def rollout(setup: Setup, tasks: list[Task], group_size: int, seed: int, step: i
     """`group_size` sampled episodes of each task; the episodes of a task form a group."""
     expanded = [task for task in tasks for _ in range(group_size)]
     groups = [f"{step}:{task.task_id}" for task in expanded]
-    act = policy_actor(setup.generator, setup.fmt, setup.cfg.rollout, seed=seed)
+    act = policy_actor(
+        setup.generator, setup.fmt, setup.cfg.rollout, seed=seed, tokenizer=setup.tokenizer
+    )
     progress = min(1.0, (step - 1) / max(setup.cfg.trainer.steps, 1))
     return Episodes(play(setup, expanded, groups, act, seed, progress), expanded)
 
@@ -118,6 +139,8 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
     batches of fresh tasks (never a task twice in a step) until B groups are kept, and an error
     after filters.max_gen_batches. Task choice and sampling are seeded by (trainer.seed, step)."""
     cfg, f = setup.cfg, setup.cfg.filters
+    if cfg.env.name == "code_self_play":  # Absolute Zero: propose, validate, estimate, solve
+        return self_play_step(setup, step, rollout, run_dir(cfg) / "task_buffer.jsonl")
     want = cfg.rollout.tasks_per_step
     rng = random.Random(cfg.trainer.seed * 1_000_003 + step)
     remaining = list(setup.train_tasks)
@@ -135,7 +158,9 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
         gen += 1
         trainable, batch_metrics = episodes, {}
         if f.ttrl_vote_samples:  # vote on all N, train on M of them
-            trainable, vote_metrics = bf.ttrl_relabel(episodes, cfg.rollout.group_size)
+            trainable, vote_metrics = bf.ttrl_relabel(
+                episodes, cfg.rollout.group_size, setup.tokenizer
+            )
             batch_metrics.update(vote_metrics)
         if f.overlong_buffer:  # in place, so `trainable` (the same samples) sees it too
             max_len = cfg.rollout.max_total_tokens
@@ -185,7 +210,9 @@ def evaluate(setup: Setup, tasks: list[Task] | None = None) -> dict[str, float]:
     episodes: list[list[Trajectory]] = []
     for start in range(0, len(tasks), cfg.eval_batch_size):
         chunk = tasks[start : start + cfg.eval_batch_size]
-        act = policy_actor(setup.generator, setup.fmt, cfg, seed=0, greedy=True)
+        act = policy_actor(
+            setup.generator, setup.fmt, cfg, seed=0, greedy=True, tokenizer=setup.tokenizer
+        )
         episodes += play(setup, chunk, [f"eval:{t.task_id}" for t in chunk], act, seed=0)
     return summarize([samples[0] for samples in episodes])
 
@@ -234,43 +261,66 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
     """Collate the kept episodes and fill reference logprobs, values and advantages."""
     cfg = setup.cfg
     gigpo = cfg.gigpo if cfg.algo.name == "gigpo" else None
-    batch = collate_episodes(episodes.samples, setup.tokenizer.pad_token_id, gigpo)
+    samples = episodes.samples
+    if cfg.rollout.train_on_observations:  # ablation: observation tokens in the loss
+        samples = [[unmask_observations(s) for s in ep] for ep in samples]
+    batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo)
     if cfg.algo.name == "trr_pp":
         types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
     if setup.reference is not None:
-        batch.ref_logprobs, _ = forward_no_grad(setup.reference, batch, chunk, micro)
+        batch.ref_logprobs, _ = forward_no_grad(setup.reference, batch, chunk, micro, dp=setup.dp)
+    elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
+        with adapter_disabled(setup.policy):
+            batch.ref_logprobs, _ = forward_no_grad(setup.policy, batch, chunk, micro)
     if setup.value_head is not None:
-        _, batch.old_values = forward_no_grad(setup.policy, batch, chunk, micro, setup.value_head)
+        _, batch.old_values = forward_no_grad(
+            setup.policy, batch, chunk, micro, setup.value_head, setup.dp
+        )
     compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.filters.overlong_filter:
         # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
         # (it still counted in its group's statistics above, as in DAPO).
         truncated = torch.tensor([s.truncated for ep in episodes.samples for s in ep])
         batch.loss_mask = overlong_filter_mask(batch.loss_mask, truncated)
+    if cfg.rollout.max_staleness > 0:  # samples may be from older weights: decoupled PPO
+        correct_stale(setup, batch)
     return batch
 
 
-def train_step(setup: Setup, optimizer: torch.optim.Optimizer, step: int) -> dict[str, float]:
+def carries_gradient(setup: Setup, batch: TrainBatch | None) -> bool:
+    """False when an update on `batch` would only move Adam's moments: its advantages are all
+    zero (every group all-correct or all-wrong) and there is no KL, entropy or value term."""
+    if batch is None:
+        return False
+    assert batch.advantages is not None
+    return not (
+        bool((batch.advantages * batch.loss_mask == 0).all())
+        and setup.cfg.algo.kl_coef == 0
+        and setup.cfg.algo.entropy_coef == 0
+        and setup.value_head is None
+    )
+
+
+def train_step(
+    setup: Setup, optimizer: torch.optim.Optimizer, step: int, collect_fn: CollectFn = collect
+) -> dict[str, float]:
     """One RL step: collect (rollout + filters), advantages, update. Returns the metrics."""
     cfg = setup.cfg
     t0 = time.perf_counter()
-    episodes, generated, filter_metrics = collect(setup, step)
+    episodes, generated, filter_metrics = collect_fn(setup, step)
     t_rollout = time.perf_counter() - t0
+    release_for_update(setup.generator)  # vLLM sleep mode: the GPU is the learner's meanwhile
     batch = prepare_batch(setup, episodes) if len(episodes) else None
-    # A batch whose advantages are all zero (every group all-correct or all-wrong) carries no
-    # policy gradient; without KL or entropy terms the update would only move Adam's moments.
-    useless = batch is None or (
-        bool((batch.advantages * batch.loss_mask == 0).all())
-        and setup.reference is None
-        and cfg.algo.entropy_coef == 0
-        and setup.value_head is None
-    )
+    useless = not carries_gradient(setup, batch)
     update_metrics = {}
     if not useless:
         assert batch is not None
-        update_metrics = learner_update(setup.policy, optimizer, batch, cfg, setup.value_head)
+        update_metrics = learner_update(
+            setup.policy, optimizer, batch, cfg, setup.value_head, setup.dp
+        )
+    sync_weights(setup.generator, setup.policy, updated=not useless)
     elapsed = time.perf_counter() - t0
     reps = [samples[0] for samples in generated.samples]  # one per generated episode
     generated_tokens = sum(s.num_generated for samples in generated.samples for s in samples)
@@ -320,8 +370,19 @@ def run_dir(cfg: Config) -> Path:
 
 def train(cfg: Config) -> dict[str, Any]:
     """Run a recipe end to end; returns (and writes) the summary."""
+    if cfg.stages:
+        from agentic_rl.pipeline import train_pipeline
+
+        return train_pipeline(cfg)
     wall_start = time.time()
     setup = build(cfg)  # fails on a missing model before anything is written
+    save, load = save_checkpoint, load_checkpoint
+    if cfg.learner.strategy == "fsdp2":  # under torchrun: shard the models over the processes
+        from agentic_rl.fsdp import shard_setup
+
+        dp = shard_setup(setup)
+        save, load = dp.save_checkpoint, dp.load_checkpoint
+    main = setup.dp is None or setup.dp.is_main
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
@@ -334,18 +395,22 @@ def train(cfg: Config) -> dict[str, Any]:
     state: dict[str, Any] = {"step": 0, "evals": {}}
     last = latest_checkpoint(out) if cfg.trainer.resume else None
     if last is not None:
-        state = load_checkpoint(last, setup.policy, optimizer, extra_modules=extra)
+        state = load(last, setup.policy, optimizer, extra_modules=extra)
+        sync_weights(setup.generator, setup.policy)
         print(f"resuming from {last} (step {state['step']})", flush=True)
-    with RunLogger(
-        out,
-        cfg.trainer.steps,
-        tensorboard=cfg.trainer.tensorboard,
-        progress=cfg.trainer.progress,
-        resume_step=state["step"] if last is not None else None,
-    ) as logger:
+    with (
+        RunLogger(
+            out if main else out / f"rank_{setup.dp.rank}",  # other processes: their own log
+            cfg.trainer.steps,
+            tensorboard=cfg.trainer.tensorboard,
+            progress=cfg.trainer.progress,
+            resume_step=state["step"] if last is not None else None,
+        ) as logger,
+        rollout_source(setup, collect) as collect_fn,  # the async worker, the Ray env pool
+    ):
         if last is None:
             _before_rl(setup, logger, state)
-            save_checkpoint(
+            save(
                 out, 0, setup.policy, optimizer, None, state, extra, keep_last=cfg.trainer.keep_last
             )
         rl_start = time.time()
@@ -353,7 +418,7 @@ def train(cfg: Config) -> dict[str, Any]:
         while step < cfg.trainer.steps:
             step += 1
             set_learning_rate(optimizer, cfg, step)
-            metrics = train_step(setup, optimizer, step)
+            metrics = train_step(setup, optimizer, step, collect_fn)
             logger.log(step, metrics)
             state["step"] = step
             out_of_time = cfg.trainer.max_minutes > 0 and (
@@ -362,7 +427,7 @@ def train(cfg: Config) -> dict[str, Any]:
             if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0:
                 state["evals"][f"step_{step}"] = _eval_and_log(setup, logger, step)
             if step % cfg.trainer.save_every == 0 or step == cfg.trainer.steps or out_of_time:
-                save_checkpoint(
+                save(
                     out,
                     step,
                     setup.policy,
@@ -376,8 +441,13 @@ def train(cfg: Config) -> dict[str, Any]:
                 print(f"time budget of {cfg.trainer.max_minutes} min reached at step {step}")
                 break
         state["evals"]["after"] = _eval_and_log(setup, logger, step)
+    if cfg.trainer.export_model and main:  # before summary.json, which marks the run finished
+        save_model(setup.dp.full_policy if setup.dp else setup.policy, setup.tokenizer, out)
     summary = run_summary(cfg, state, step, time.time() - wall_start)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if main:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if setup.dp is not None:
+        setup.dp.barrier()  # the next stage of a pipeline may read the exported model
     print_table(summary)
     return summary
 
@@ -388,6 +458,7 @@ def _before_rl(setup: Setup, logger: RunLogger, state: dict[str, Any]) -> None:
         state["evals"]["before"] = _eval_and_log(setup, logger, 0, "eval_before")
     if cfg.warm_start.num_tasks > 0:
         warm_start(setup, logger)
+        sync_weights(setup.generator, setup.policy)
         if setup.reference is not None:  # KL to the model RL starts from, not the untrained one
             setup.reference.load_state_dict(setup.policy.state_dict())
         if cfg.trainer.eval_before:

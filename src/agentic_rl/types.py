@@ -87,6 +87,12 @@ class Completion:
     logprobs: list[float]
     finish_reason: Literal["stop", "eos", "length"]
     text: str = ""
+    policy_version: int = 0
+    """Version (number of learner updates) of the weights that sampled it; set by generators
+    whose weights can lag the learner's (asynchronous rollouts)."""
+    inserted: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) ranges of `token_ids` the framework inserted mid-turn (the thinking budget's
+    stop phrase): loss mask 0, logprob 0 (their `logprobs` entries are placeholders)."""
 
 
 @dataclass
@@ -109,6 +115,8 @@ class Trajectory:
     logprobs   [T]  behaviour logprobs of sampled tokens (0 where loss_mask == 0)
     turn_spans      [start, end) token ranges of each model turn
     step_rewards    one entry per model turn (env/tool step rewards), same order as turn_spans
+    token_versions  [T] policy version that sampled each token (-1 where loss_mask == 0);
+                    `policy_version` is the oldest of them. Empty = unrecorded.
     """
 
     token_ids: list[int]
@@ -122,6 +130,7 @@ class Trajectory:
     task_id: str = ""
     anchors: list[Hashable] = field(default_factory=list)
     policy_version: int = 0
+    token_versions: list[int] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
@@ -130,10 +139,11 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
-        if len(self.loss_mask) != n or len(self.logprobs) != n:
+        versions = len(self.token_versions)
+        if len(self.loss_mask) != n or len(self.logprobs) != n or versions not in (0, n):
             raise ValueError(
                 f"trajectory lengths differ: token_ids={n}, loss_mask={len(self.loss_mask)}, "
-                f"logprobs={len(self.logprobs)}"
+                f"logprobs={len(self.logprobs)}, token_versions={versions}"
             )
 
     @property

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from agentic_rl.envs.artist import MultiToolMathEnv
 from agentic_rl.envs.base import Env, EnvCheckError, ToolEnv, check_env
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.envs.code_repair import CodeRepairEnv, make_code_repair_tasks
@@ -19,24 +20,35 @@ from agentic_rl.envs.math_tasks import make_math_tasks
 from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
 from agentic_rl.envs.multihop import MultiHopQAEnv, make_multihop_tasks
 from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
+from agentic_rl.envs.self_play import CodeSelfPlayEnv, make_self_play_tasks
+from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
 
 ENVS: dict[str, type] = {
     "calculator": CalculatorEnv,
     "search_qa": SearchQAEnv,
     "gridworld": GridWorldEnv,
     "multihop_qa": MultiHopQAEnv,
+    "zerosearch_qa": ZeroSearchQAEnv,
+    "web_qa": WebQAEnv,
     "math_tool": MathToolEnv,
     "math_text": TextOnlyMathEnv,
+    "math_multitool": MultiToolMathEnv,
     "code_repair": CodeRepairEnv,
+    "code_self_play": CodeSelfPlayEnv,
 }
 TASKS: dict[str, Callable[..., list]] = {
     "calculator": make_calculator_tasks,
     "search_qa": make_search_qa_tasks,
     "gridworld": make_gridworld_tasks,
     "multihop_qa": make_multihop_tasks,
+    "zerosearch_qa": make_multihop_tasks,
+    "web_qa": make_multihop_tasks,
     "math_tool": make_math_tasks,
     "math_text": make_math_tasks,
+    "math_multitool": make_math_tasks,
     "code_repair": make_code_repair_tasks,
+    "code_self_play": make_self_play_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")
@@ -90,14 +102,18 @@ __all__ = [
     "TASKS",
     "CalculatorEnv",
     "CodeRepairEnv",
+    "CodeSelfPlayEnv",
     "Env",
     "EnvCheckError",
     "GridWorldEnv",
     "MathToolEnv",
     "MultiHopQAEnv",
+    "MultiToolMathEnv",
     "SearchQAEnv",
     "TextOnlyMathEnv",
     "ToolEnv",
+    "WebQAEnv",
+    "ZeroSearchQAEnv",
     "check_env",
     "env_parameters",
     "make_calculator_tasks",
@@ -107,6 +123,7 @@ __all__ = [
     "make_math_tasks",
     "make_multihop_tasks",
     "make_search_qa_tasks",
+    "make_self_play_tasks",
     "split_options",
     "task_parameters",
 ]

@@ -210,7 +210,8 @@ def _main_parameter(tool: Tool) -> str:
 
 def _parse_expert(text: str, tools: dict[str, Tool]) -> Action:
     # A tiny local parser on purpose: check_env must not depend on the rollout's parsers.
-    match = _TAG.search(text)
+    # A leading <think>...</think> is the expert's thought, not its action.
+    match = next((m for m in _TAG.finditer(text) if m.group(1) != "think"), None)
     if match is None:
         return Action(kind="none", raw=text)
     name, argument = match.group(1), match.group(2).strip()

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import time
 from collections.abc import Callable
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
 from agentic_rl.tools.calculator import Calculator, evaluate
-from agentic_rl.types import Task
+from agentic_rl.types import Action, StepResult, Task
 
 Split = Literal["train", "eval"]
 EVAL_BUCKETS = 5  # 1 in 5 possible prompts is reserved for eval
@@ -184,7 +185,17 @@ class CalculatorEnv(ToolEnv):
         tool_timeout_s: float = 10.0,
         max_tool_output_chars: int = 2000,
         tool_call_reward: float = 0.0,
+        step_latency_s: float = 0.0,
+        expert_thoughts: bool = False,
     ) -> None:
+        """`step_latency_s`: seconds every step waits before answering, a simulated slow tool or
+        environment (a remote search API, a sandbox) for measuring asynchronous and distributed
+        rollouts; 0 = off. `expert_thoughts`: the scripted expert reasons in a <think> block
+        before each action (chain-of-thought demonstrations, e.g. Qwen3's cold start)."""
+        if step_latency_s < 0:
+            raise ValueError(f"step_latency_s must be >= 0, got {step_latency_s}")
+        self.step_latency_s = step_latency_s
+        self.expert_thoughts = expert_thoughts
         super().__init__(
             [Calculator()],
             format_penalty=format_penalty,
@@ -196,6 +207,11 @@ class CalculatorEnv(ToolEnv):
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
 
+    def step(self, action: Action) -> StepResult:
+        if self.step_latency_s:
+            time.sleep(self.step_latency_s)
+        return super().step(action)
+
     def score_answer(self, text: str) -> float:
         assert self.task is not None
         value = parse_number(text)
@@ -206,6 +222,17 @@ class CalculatorEnv(ToolEnv):
     def expert_turn(self) -> str:
         """Compute with the calculator first, then answer with its result."""
         assert self.task is not None, "expert_turn() before reset()"
+        expression, answer = self.task.fields["expression"], self.task.answers[0]
         if self.num_tool_calls() == 0:
-            return f"<calc>{self.task.fields['expression']}</calc>"
-        return f"<answer>{self.task.answers[0]}</answer>"
+            thought = (
+                f"The question asks for {expression}. These numbers are too large to multiply "
+                "reliably in my head, so I will use the calculator."
+            )
+            action = f"<calc>{expression}</calc>"
+        else:
+            result = self.last_observation().strip()
+            thought = (
+                f"The calculator returned {result} for {expression}, so the answer is {answer}."
+            )
+            action = f"<answer>{answer}</answer>"
+        return f"<think>\n{thought}\n</think>\n{action}" if self.expert_thoughts else action

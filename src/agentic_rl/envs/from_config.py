@@ -32,8 +32,11 @@ def env_kwargs(cfg: Config, progress: float | None = None) -> dict[str, Any]:
     return kwargs
 
 
-def make_envs(cfg: Config, n: int, progress: float | None = None) -> list[Env]:
-    """`n` fresh envs (one per episode of a batch)."""
+def make_envs(cfg: Config, n: int, progress: float | None = None, pool: Any = None) -> list[Env]:
+    """`n` fresh envs (one per episode of a batch); from `pool` (envs on Ray actors,
+    ray_pool.EnvPool) when given."""
+    if pool is not None:
+        return pool.make(n, progress)
     kwargs = env_kwargs(cfg, progress)
     return [make_env(cfg.env.name, **kwargs) for _ in range(n)]
 

@@ -4,8 +4,10 @@
 `\\boxed{}`; the outcome is checked by `rewards.math` (exact for integers, symbolic otherwise):
 +1 / -1 (`score="pm1"`, DAPO / ReTool) or 1 / 0 (`score="binary"`, R1 / rStar2). With
 `shaping=True` a wrong answer gets ReTool's tool-call lift (`rewards.tool_use.retool_shaping`).
-A turn without any action ends the episode with the wrong-answer value. The scripted expert
-writes the task's Python program, then the answer: demonstrations for ReTool's SFT cold start.
+A turn without any action ends the episode with the wrong-answer value, and so does an
+episode a turn or token budget cuts (`truncation_reward`, added by the rollout). The scripted
+expert writes the task's Python program, then the answer: demonstrations for ReTool's SFT cold
+start.
 
 `TextOnlyMathEnv`: the same problems and reward, no tools, for the tool vs. text-only
 comparison at an equal token budget.
@@ -17,6 +19,7 @@ project's contract: the rollout's expert actor renders them in the target chat f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -31,6 +34,8 @@ from agentic_rl.tools.sandbox.shared import as_runner
 from agentic_rl.types import Action, StepResult
 
 ActionFormat = Literal["retool", "hermes_multi"]
+# The error lines `tools.sandbox.client.format_result` writes after a failed or timed-out cell.
+_CODE_ERROR = re.compile(r"^(?:Error: |Timed out)", re.MULTILINE)
 
 RETOOL_PROMPT = (
     "Solve the math problem. You can run Python: write code between <code> and </code>, "
@@ -107,6 +112,11 @@ class _MathOutcome:
             result.reward = self._outcome(False)
         return result
 
+    def truncation_reward(self: Any) -> float:
+        """Added by the rollout when a turn or token budget cut the episode: no answer is a
+        wrong answer (with +1 / -1, running out of turns must not beat answering)."""
+        return self._outcome(False)
+
 
 def _check_score(score: str) -> None:
     if score not in SCORES:
@@ -119,6 +129,10 @@ class MathToolEnv(_MathOutcome, TIRToolEnv):
     `runner` is any `run(code, timeout_s)` object (a SandboxPool in tests); by default a shared
     process-wide pool of `pool_size` workers is started on the first call, or the sandbox
     service at `sandbox_url` is used. `tool_timeout_s` bounds each execution in the sandbox.
+    With `code_errors_are_tool_errors`, a python response holding an error (the traceback's last
+    line, a timeout) counts as a failed call (`info["tool_error"]`, the episode's `tool_errors`
+    metric), which rStar2-Agent's RoC penalty and ARTIST's tool-success reward read; by default
+    a code error is an ordinary result the model reads (ReTool).
     """
 
     def __init__(
@@ -134,6 +148,7 @@ class MathToolEnv(_MathOutcome, TIRToolEnv):
         tool_timeout_s: float = 5.0,
         max_tool_output_chars: int = 1000,
         tool_call_reward: float = 0.0,
+        code_errors_are_tool_errors: bool = False,
     ) -> None:
         _check_score(score)
         if action_format not in ("retool", "hermes_multi"):
@@ -154,6 +169,15 @@ class MathToolEnv(_MathOutcome, TIRToolEnv):
         self.action_format = action_format
         self.score = score
         self.shaping = shaping
+        self.code_errors_are_tool_errors = code_errors_are_tool_errors
+
+    def _step_tool(self, action: Action) -> StepResult:
+        result = super()._step_tool(action)
+        obs = result.observation
+        python = obs is not None and obs.name == "python"
+        if self.code_errors_are_tool_errors and python and _CODE_ERROR.search(obs.content):
+            result.info["tool_error"] = 1
+        return result
 
     def system_prompt(self) -> str:
         if self.action_format == "retool":

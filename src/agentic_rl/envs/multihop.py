@@ -17,6 +17,7 @@ are shared, as bridges are in HotpotQA, so a question is only answerable by find
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,13 +34,21 @@ from agentic_rl.envs.qa_corpus import (
     build_world,
     split_people,
 )
+from agentic_rl.envs.search_schemes import (
+    RewardKind,
+    SchemeScorer,
+    dress_expert_turn,
+    get_scheme,
+    retag,
+    transcript,
+)
 from agentic_rl.rewards.qa import exact_match, f1_score, normalize_answer
+from agentic_rl.rollout.chat import TagFormat
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.search import BM25Search
-from agentic_rl.types import Observation, Task
+from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
-RewardKind = Literal["em", "f1"]
 
 SYSTEM_PROMPT = (
     "Answer the question using the search tool. The question needs two facts: find the first, "
@@ -268,7 +277,13 @@ def get_multihop_search_tool(
 
 
 class MultiHopQAEnv(ToolEnv):
-    """Two-hop questions about fictional people; a BM25 `search` tool; EM or F1 reward.
+    """Two-hop questions about fictional people; a BM25 `search` tool; a search agent's reward.
+
+    `reward` picks the scheme (envs/search_schemes.py): "em" / "f1" score the answer alone;
+    "search_r1", "research", "r1_searcher_stage1", "r1_searcher_stage2" and "stepsearch" score
+    the whole transcript by that system's rules, with its prompt, tags and expert style; the
+    answer's EM is the `success` metric in every scheme. `step_reward_weight` > 0 adds
+    StepSearch's step reward w (IG_t - RP_t) to each successful search turn (0.6 in the paper).
 
     `tools` replaces the BM25 tool (a retrieval-server client, a ZeroSearch simulated engine's
     tool, web tools over `LocalFakeProvider.from_corpus(build_multihop_corpus())`...). Tools with
@@ -287,11 +302,15 @@ class MultiHopQAEnv(ToolEnv):
         max_tool_output_chars: int = 2000,
         tool_call_reward: float = 0.0,
         tools: list[Tool] | None = None,
+        step_reward_weight: float = 0.0,
     ) -> None:
-        if reward not in ("em", "f1"):
-            raise ValueError(f"reward must be 'em' or 'f1', got {reward!r}")
+        self.scheme = get_scheme(reward)
+        self.scorer = SchemeScorer(self.scheme, step_reward_weight)
+        tools = (
+            list(tools) if tools else [get_multihop_search_tool(num_entities, corpus_seed, topk)]
+        )
         super().__init__(
-            list(tools) if tools else [get_multihop_search_tool(num_entities, corpus_seed, topk)],
+            retag(tools, self.scheme),
             format_penalty=format_penalty,
             tool_timeout_s=tool_timeout_s,
             max_tool_output_chars=max_tool_output_chars,
@@ -300,9 +319,10 @@ class MultiHopQAEnv(ToolEnv):
         self.num_entities = num_entities
         self.corpus_seed = corpus_seed
         self.reward = reward
+        self.fmt = TagFormat(self.tools)  # renders observations as the rollout inserts them
 
     def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
+        return self.scheme.prompt or SYSTEM_PROMPT
 
     def reset(self, task: Task, seed: int) -> Observation:
         # A task from another world would be unanswerable with this corpus: fail loudly.
@@ -315,21 +335,52 @@ class MultiHopQAEnv(ToolEnv):
         for tool in self.tools:
             if callable(getattr(tool, "set_task", None)):
                 tool.set_task(task.prompt, task.answers)
+        self.scorer.reset()
         return super().reset(task, seed)
 
     def score_answer(self, text: str) -> float:
+        """EM (or F1) of the answer; under a transcript scheme, EM, which `step` replaces with the
+        scheme's reward (ToolEnv books it as `success`)."""
         assert self.task is not None
         if self.reward == "f1":
             return f1_score(text, self.task.answers)
-        return exact_match(text, self.task.answers)
+        return exact_match(self.scheme.answer_text(text), self.task.answers)
+
+    def step(self, action: Action) -> StepResult:
+        """ToolEnv's step, then the scheme's reward: the change of the transcript's score (see
+        envs/search_schemes.py) plus StepSearch's step reward on a search that returned results.
+        Per-turn penalties and tool-call rewards of ToolEnv stay (0 in the search recipes)."""
+        result = super().step(action)
+        if not self.scorer.active:
+            return result
+        assert self.task is not None
+        info = dict(result.info)
+        reward = result.reward
+        if self.scheme.score is not None:
+            if action.kind == "answer":
+                reward = 0.0  # the answer's EM went to `success`; the scheme scores the text
+            delta, info["scheme_score"] = self.scorer.outcome_delta(
+                transcript(self.history, self.fmt), self.task
+            )
+            reward += delta
+        obs = result.observation
+        searched = action.kind == "tool" and obs is not None and obs.name == action.name
+        if self.scorer.step_reward_weight > 0 and searched and not info.get("tool_error"):
+            info["step_reward"] = self.scorer.step_reward(obs.content, self.task)
+            reward += info["step_reward"]
+        return dataclasses.replace(result, reward=reward, info=info)
 
     def expert_turn(self) -> str:
         """Search the person; then the bridge entity named on their page; then answer.
 
         If the bridge is not in the first results, the expert searches the person again with
         words about the relation, then the bridge. It answers after the bridge search (or after
-        four searches), so demonstrations always show both hops.
+        four searches), so demonstrations always show both hops. The turn is written the
+        scheme's way (thoughts, \\boxed{} answers: `dress_expert_turn`).
         """
+        return dress_expert_turn(self.scheme, self._expert_action(), first=not self.history)
+
+    def _expert_action(self) -> str:
         assert self.task is not None, "expert_turn() before reset()"
         fields = self.task.fields
         entity, bridge, relation = fields["entity"], fields["bridge"], fields["relation"]

@@ -114,6 +114,11 @@ def template_suffix(tokenizer: Any, new_messages: list[Message]) -> str:
     return after[after.index(marker) + len(marker) :]
 
 
+def tool_message(content: str) -> Message:
+    """A tool result as the hermes `tool` chat turn, its text wrapped in `<tool_response>`."""
+    return {"role": "tool", "content": f"<tool_response>\n{content}\n</tool_response>"}
+
+
 class HermesFormat:
     """Hermes / Qwen function calling: JSON tool calls, results in a `tool` turn."""
 
@@ -152,8 +157,7 @@ class HermesFormat:
         return Action(kind="invalid", error="no action in this turn", raw=text)
 
     def render_observation(self, observation: Observation) -> str:
-        content = f"<tool_response>\n{observation.content}\n</tool_response>"
-        return template_suffix(self.tokenizer, [{"role": "tool", "content": content}])
+        return template_suffix(self.tokenizer, [tool_message(observation.content)])
 
     def render_action(self, action: Action) -> str:
         if action.kind == "answer":

@@ -11,6 +11,7 @@ finished episodes leave it. Two modes:
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +20,13 @@ from typing import Any
 from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.base import Env
 from agentic_rl.rollout.chat import ChatFormat, TagFormat, encode_prompt, encode_text
-from agentic_rl.types import Action, Completion, SamplingParams, Task, Trajectory
+from agentic_rl.rollout.think_budget import thinking_prompt
+from agentic_rl.types import Action, Completion, SamplingParams, StepResult, Task, Trajectory
 
 COUNTERS = ("tool_call", "tool_error", "invalid_action", "no_action")
+# A thought before the action: a whole <think> span, or the opening / closing part of one that
+# spans several turns (R1-Searcher searches inside a single think).
+_LEADING_THINK = re.compile(r"\s*(?:<think>.*?</think>|<think>[^<]*|[^<]*</think>)\s*", re.DOTALL)
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Episode:
     prompt_length: int
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # policy version per token, -1 = inserted
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
     anchors: list[Hashable] = field(default_factory=list)
@@ -42,6 +48,7 @@ class Episode:
     success: float = 0.0
     terminated: bool = False
     truncated: bool = False
+    think_mode: str | None = None  # Qwen3 switch of this episode (rollout.thinking_mode)
 
     @property
     def done(self) -> bool:
@@ -51,10 +58,22 @@ class Episode:
     def response_length(self) -> int:
         return len(self.token_ids) - self.prompt_length
 
-    def append(self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] = ()) -> None:
+    def append(
+        self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] = (), version: int = 0
+    ) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([1 if generated else 0] * len(ids))
         self.logprobs.extend(logprobs if generated else [0.0] * len(ids))
+        self.versions.extend([version if generated else -1] * len(ids))
+
+    def append_turn(self, completion: Completion) -> None:
+        """A model turn: sampled ids with loss mask 1, and the ranges the framework inserted
+        mid-turn (`Completion.inserted`, e.g. the thinking budget's stop phrase) with mask 0."""
+        c, pos = completion, 0
+        for start, end in [*c.inserted, (len(c.token_ids), len(c.token_ids))]:
+            self.append(c.token_ids[pos:start], True, c.logprobs[pos:start], c.policy_version)
+            self.append(c.token_ids[start:end], generated=False)
+            pos = end
 
 
 # act(live episodes, token budget per episode, turn index) -> one Completion per episode
@@ -62,9 +81,23 @@ Actor = Callable[[list[Episode], list[int], int], list[Completion]]
 
 
 def policy_actor(
-    generator: Any, fmt: ChatFormat, cfg: RolloutConfig, seed: int, greedy: bool = False
+    generator: Any,
+    fmt: ChatFormat,
+    cfg: RolloutConfig,
+    seed: int,
+    greedy: bool = False,
+    tokenizer: Any = None,
 ) -> Actor:
-    """Sample each turn from the policy (greedy for evaluation)."""
+    """Sample each turn from the policy (greedy for evaluation). With `rollout.think_budget`
+    thinking blocks are cut at the budget (rollout/think_budget.py), which reads the turn's
+    text with `tokenizer` (default: the generator's)."""
+    if cfg.think_budget > 0:
+        from agentic_rl.rollout.think_budget import budget_actor
+
+        tokenizer = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError("rollout.think_budget needs the tokenizer: pass it to policy_actor")
+        return budget_actor(generator, fmt, cfg, tokenizer, seed, greedy)
 
     def act(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
         params = [
@@ -95,7 +128,14 @@ def expert_actor(fmt: ChatFormat, tokenizer: Any) -> Actor:
             parser = tag_parsers.setdefault(id(ep.env), TagFormat(ep.env.tools))
             text = ep.env.expert_turn()
             action = parser.parse(text, "stop")
-            rendered = fmt.render_action(action) if action.kind in ("tool", "answer") else text
+            rendered = text
+            if action.kind in ("tool", "answer"):
+                # Keep the expert's leading thought: rewards that demand <think> (DeepResearcher,
+                # Search-R1, R1-Searcher) must see it in the demonstrations.
+                thought = _LEADING_THINK.match(text)
+                if ep.think_mode == "no_think":  # the empty thinking block is prefilled
+                    thought = None
+                rendered = (thought.group(0) if thought else "") + fmt.render_action(action)
             ids = encode_text(tokenizer, rendered)[: max(budgets[0], 1)]
             out.append(Completion(ids, [0.0] * len(ids), "stop", rendered))
         return out
@@ -104,20 +144,46 @@ def expert_actor(fmt: ChatFormat, tokenizer: Any) -> Actor:
 
 
 def start_episodes(
-    envs: Sequence[Env], tasks: Sequence[Task], group_ids: Sequence[str], tokenizer: Any, seed: int
+    envs: Sequence[Env],
+    tasks: Sequence[Task],
+    group_ids: Sequence[str],
+    tokenizer: Any,
+    seed: int,
+    thinking: str = "off",
 ) -> list[Episode]:
+    """Reset the envs and encode their opening messages. `thinking` (rollout.thinking_mode)
+    adds Qwen3's /think or /no_think switch; no-think prompts end with the empty thinking block
+    (part of the prompt, so loss mask 0)."""
     episodes = []
     for i, (env, task, group) in enumerate(zip(envs, tasks, group_ids, strict=True)):
         # Envs of one group share the reset seed, so they start from the same state (GiGPO).
         obs = env.reset(task, seed=seed + (zlib.crc32(group.encode()) % 100_000 if group else i))
-        ids = encode_prompt(tokenizer, obs.messages)
+        messages, prefill, mode = thinking_prompt(obs.messages, thinking, task.task_id)
+        ids = encode_prompt(tokenizer, messages)
+        ids += encode_text(tokenizer, prefill) if prefill else []
         ep = Episode(env=env, task=task, group_id=group, token_ids=ids, prompt_length=len(ids))
+        ep.think_mode = mode
         ep.loss_mask = [0] * len(ids)
         ep.logprobs = [0.0] * len(ids)
+        ep.versions = [-1] * len(ids)
         if obs.anchor is not None:
             ep.anchors.append(obs.anchor)
         episodes.append(ep)
     return episodes
+
+
+def step_envs(envs: Sequence[Env], actions: Sequence[Action]) -> list[StepResult]:
+    """`env.step(action)` for every live episode of a turn, in order. Envs that can start a step
+    without waiting for it (remote envs: `start_step(action)` returns a function that waits for
+    the result) all start first, so their tool calls run at the same time."""
+    waits = [
+        env.start_step(action) if hasattr(env, "start_step") else None
+        for env, action in zip(envs, actions, strict=True)
+    ]
+    return [
+        wait() if wait is not None else env.step(action)
+        for env, action, wait in zip(envs, actions, waits, strict=True)
+    ]
 
 
 def _env_step(
@@ -125,7 +191,13 @@ def _env_step(
 ) -> list[int] | None:
     """Apply `action` to the env and record reward, counters and end flags; returns the
     observation's token ids to insert next, or None when nothing follows (the episode ended)."""
-    result = ep.env.step(action)
+    return _record_step(ep, ep.env.step(action), fmt, tokenizer, last_turn)
+
+
+def _record_step(
+    ep: Episode, result: StepResult, fmt: ChatFormat, tokenizer: Any, last_turn: bool
+) -> list[int] | None:
+    """`_env_step` for a step already taken (see `step_envs`)."""
     ep.step_rewards.append(float(result.reward))
     for key in COUNTERS:
         ep.counts[key] += float(result.info.get(key, 0))
@@ -146,13 +218,13 @@ def _env_step(
 
 def _apply_step(
     ep: Episode,
-    action: Action,
+    result: StepResult,
     fmt: ChatFormat,
     tokenizer: Any,
     cfg: RolloutConfig,
     last_turn: bool,
 ) -> None:
-    obs_ids = _env_step(ep, action, fmt, tokenizer, last_turn)
+    obs_ids = _record_step(ep, result, fmt, tokenizer, last_turn)
     if obs_ids:
         room = cfg.max_total_tokens - ep.response_length
         # The observation plus at least a few tokens of a next turn must fit the budget.
@@ -173,7 +245,7 @@ def run_episodes(
     seed: int,
 ) -> list[Trajectory]:
     """Run one episode per (env, task) to the end and return token-native trajectories."""
-    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed)
+    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed, cfg.thinking_mode)
     for turn in range(cfg.max_turns):
         live = [ep for ep in episodes if not ep.done]
         if not live:
@@ -189,17 +261,30 @@ def run_episodes(
             break
         live, budgets = [p[0] for p in live_budgets], [p[1] for p in live_budgets]
         completions = act(live, budgets, turn)
-        for ep, completion in zip(live, completions, strict=True):
+        actions = []
+        for ep, c in zip(live, completions, strict=True):
             start = len(ep.token_ids)
-            ep.append(completion.token_ids, generated=True, logprobs=completion.logprobs)
+            ep.append_turn(c)
             ep.turn_spans.append((start, len(ep.token_ids)))
-            text = completion.text or tokenizer.decode(completion.token_ids)
-            action = fmt.parse(text, completion.finish_reason)
-            _apply_step(ep, action, fmt, tokenizer, cfg, last_turn=turn == cfg.max_turns - 1)
+            text = c.text or tokenizer.decode(c.token_ids)
+            actions.append(fmt.parse(text, c.finish_reason))
+        results = step_envs([ep.env for ep in live], actions)
+        for ep, result in zip(live, results, strict=True):
+            _apply_step(ep, result, fmt, tokenizer, cfg, last_turn=turn == cfg.max_turns - 1)
     for ep in episodes:  # budget exhausted without a final step
         if not ep.done:
             ep.truncated = True
+        _score_truncation(ep)
     return [_to_trajectory(ep, tokenizer) for ep in episodes]
+
+
+def _score_truncation(ep: Episode) -> None:
+    """A budget cut the episode short: add the env's `truncation_reward()` (envs that define
+    one) to its last step. E.g. an unanswered math problem scores as a wrong answer, so that
+    running out of turns cannot beat answering wrongly under ReTool's +1 / -1."""
+    score = getattr(ep.env, "truncation_reward", None)
+    if ep.truncated and not ep.terminated and score is not None and ep.step_rewards:
+        ep.step_rewards[-1] += float(score())
 
 
 def _episode_metrics(ep: Episode, generated: int, response: int) -> dict[str, float]:
@@ -223,6 +308,8 @@ def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
         loss_mask=ep.loss_mask,
         logprobs=ep.logprobs,
         prompt_length=ep.prompt_length,
+        policy_version=min((v for v in ep.versions if v >= 0), default=0),
+        token_versions=ep.versions,
         turn_spans=ep.turn_spans,
         step_rewards=ep.step_rewards,
         reward=float(sum(ep.step_rewards)),
@@ -289,23 +376,22 @@ def run_stepwise(
         for i in live:
             episodes[i].token_ids = step_context(prompts[i], history[i], cfg)
         completions = act([episodes[i] for i in live], [cfg.max_tokens_per_turn] * len(live), turn)
-        for i, completion in zip(live, completions, strict=True):
+        texts = [c.text or tokenizer.decode(c.token_ids) for c in completions]
+        actions = [fmt.parse(t, c.finish_reason) for t, c in zip(texts, completions, strict=True)]
+        results = step_envs([episodes[i].env for i in live], actions)
+        for i, completion, text, result in zip(live, completions, texts, results, strict=True):
             ep, context, action_ids = episodes[i], episodes[i].token_ids, list(completion.token_ids)
-            text = completion.text or tokenizer.decode(action_ids)
             n_anchors = len(ep.anchors)
-            obs_ids = _env_step(
-                ep,
-                fmt.parse(text, completion.finish_reason),
-                fmt,
-                tokenizer,
-                turn == cfg.max_turns - 1,
-            )
+            obs_ids = _record_step(ep, result, fmt, tokenizer, turn == cfg.max_turns - 1)
+            version = completion.policy_version
             samples[i].append(
                 Trajectory(
                     token_ids=context + action_ids,
                     loss_mask=[0] * len(context) + [1] * len(action_ids),
                     logprobs=[0.0] * len(context) + list(completion.logprobs),
                     prompt_length=len(context),
+                    policy_version=version,
+                    token_versions=[-1] * len(context) + [version] * len(action_ids),
                     turn_spans=[(len(context), len(context) + len(action_ids))],
                     step_rewards=[ep.step_rewards[-1]],
                     group_id=ep.group_id,

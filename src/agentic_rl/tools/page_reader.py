@@ -198,7 +198,8 @@ class PageReader:
 
     def condense(self, text: str, question: str) -> str:
         """The best-scoring chunks in page order, joined with "..." gaps, within max_chars."""
-        chunks = chunk_text(text, min(self.chunk_chars, self.max_chars))
+        # A chunk and its "..." gap must fit the budget, or a full-size chunk is never kept.
+        chunks = chunk_text(text, max(20, min(self.chunk_chars, self.max_chars - len(GAP))))
         scores = score_chunks(chunks, question) if question.strip() else [0.0] * len(chunks)
         # best first; ties (and no question) keep page order, so the lead is preferred
         order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))

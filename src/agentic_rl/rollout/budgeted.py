@@ -1,0 +1,218 @@
+"""Long-horizon episodes whose context stays within a token budget (rollout.context_budget).
+
+ASearcher (Gao et al. 2025) runs search agents for tens of turns; the raw history (prompt, every
+turn, every page) outgrows any context window. Here, before each turn, the episode's full
+history is fitted into `context_budget` tokens by `rollout/context.py`'s `fit_context`: the prompt
+and the latest `context_keep_turns` turns stay whole, the oldest observations are cut to their
+head (then dropped), each cut marked by " [...] ". The policy's own tokens are never edited: an
+old turn is kept whole (or, only if nothing else fits, dropped whole).
+
+What is trained. A training sample must be exactly the tokens the policy was conditioned on,
+with the sampled tokens and their behaviour logprobs. Once the context has been edited, the
+flat history is no longer what the model saw, so the episode is split into SEGMENTS: a segment
+starts from a context (the prompt, or a fitted context, all loss mask 0) and then only grows -
+each turn's sampled tokens (loss mask 1, exact logprobs) and the observation inserted after it
+(mask 0) - until the next turn would see more than the budget; then the history is fitted again
+and a new segment starts. Each turn is trained exactly once, in the context it was sampled
+from; an episode that never reaches the budget is one sample, identical to `run_episodes`.
+Segments share their episode's reward and group, so group estimators (GRPO, RLOO, Dr. GRPO)
+give every segment the episode's advantage, as in step mode (rollout.mode=step).
+
+Hysteresis: a cut fits the history into `context_target` tokens (default: the budget), so with a
+lower target the context can grow for a few turns before the next cut, giving fewer, longer
+segments. The latest turns may hold more than the target; then the budget alone is enforced,
+protecting fewer turns and finally allowing old turns to be dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentic_rl.config import RolloutConfig
+from agentic_rl.envs.base import Env
+from agentic_rl.rollout.chat import ChatFormat, encode_text
+from agentic_rl.rollout.context import Span, fit_context, make_span
+from agentic_rl.rollout.loop import (
+    Actor,
+    Episode,
+    _episode_metrics,
+    _record_step,
+    start_episodes,
+    step_envs,
+)
+from agentic_rl.types import Task, Trajectory
+
+CUT_MARKER = " [...] "
+
+
+class ContextBudgetError(ValueError):
+    """The prompt alone is longer than rollout.context_budget."""
+
+
+@dataclass
+class _Segment:
+    """The current training sample of an episode: its starting context, then the turns."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    versions: list[int]  # policy version per token, -1 = not sampled in this segment
+    start: int  # length of the starting context (the sample's prompt_length)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    step_rewards: list[float] = field(default_factory=list)
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] = (), version: int = -1) -> None:
+        """Append sampled tokens (with their logprobs and version) or inserted ones (without)."""
+        sampled = bool(logprobs)
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(sampled)] * len(ids))
+        self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+        self.versions.extend([version if sampled else -1] * len(ids))
+
+
+def _segment_from(spans: Sequence[Span]) -> _Segment:
+    ids = [t for span in spans for t in span.token_ids]
+    return _Segment(ids, [0] * len(ids), [0.0] * len(ids), [-1] * len(ids), start=len(ids))
+
+
+def fit_history(
+    history: Sequence[Span],
+    budget: int,
+    target: int,
+    keep_turns: int,
+    marker_ids: Sequence[int],
+) -> list[Span] | None:
+    """The context for the next turn, at most `budget` tokens (None if nothing fits).
+
+    First `fit_context(history, target, keep_turns)`; if the protected latest turns make that
+    exceed `target`, fit into `budget` protecting keep_turns, keep_turns - 1, ..., 0 turns and
+    allowing whole old turns to be dropped."""
+    window = fit_context(history, target, keep_turns, marker_ids=marker_ids)
+    if len(window) <= target:
+        return window.spans
+    for keep in range(keep_turns, -1, -1):
+        window = fit_context(history, budget, keep, marker_ids=marker_ids, drop_old_actions=True)
+        if len(window) <= budget:
+            return window.spans
+    return None
+
+
+def run_budgeted_episodes(
+    envs: Sequence[Env],
+    tasks: Sequence[Task],
+    group_ids: Sequence[str],
+    act: Actor,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    seed: int,
+) -> list[list[Trajectory]]:
+    """Run episodes whose every generation step sees at most `cfg.context_budget` tokens;
+    returns each episode's segments (module docstring). `max_total_tokens` still bounds the
+    tokens of the whole (uncut) episode after the prompt."""
+    budget, keep = cfg.context_budget, cfg.context_keep_turns
+    target = min(cfg.context_target or budget, budget)
+    marker = encode_text(tokenizer, CUT_MARKER)
+    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed)
+    for ep in episodes:
+        if ep.prompt_length > budget:
+            raise ContextBudgetError(
+                f"rollout.context_budget={budget} is smaller than the prompt of task "
+                f"{ep.task.task_id} ({ep.prompt_length} tokens)"
+            )
+    history = [[make_span("prompt", ep.token_ids)] for ep in episodes]
+    current = [_segment_from(h) for h in history]
+    done: list[list[_Segment]] = [[] for _ in episodes]
+    full = [0] * len(episodes)  # tokens after the prompt in the uncut history
+    cuts = [0] * len(episodes)
+    for turn in range(cfg.max_turns):
+        live, budgets = [], []
+        for i, ep in enumerate(episodes):
+            if ep.done:
+                continue
+            room = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - full[i])
+            if room <= 0:
+                ep.truncated = True
+                continue
+            if len(current[i].token_ids) > budget:
+                spans = fit_history(history[i], budget, target, keep, marker)
+                if spans is None:  # even the markers of dropped turns do not fit
+                    ep.truncated = True
+                    continue
+                done[i].append(current[i])
+                current[i] = _segment_from(spans)
+                cuts[i] += 1
+            ep.token_ids = current[i].token_ids
+            live.append(i)
+            budgets.append(room)
+        if not live:
+            break
+        completions = act([episodes[i] for i in live], budgets, turn)
+        actions = []
+        for i, c in zip(live, completions, strict=True):
+            seg, ids = current[i], list(c.token_ids)
+            start = len(seg.token_ids)
+            seg.add(ids, c.logprobs or [0.0] * len(ids), c.policy_version)
+            seg.turn_spans.append((start, len(seg.token_ids)))
+            history[i].append(Span("action", tuple(ids), (1,) * len(ids), (0.0,) * len(ids)))
+            full[i] += len(ids)
+            actions.append(fmt.parse(c.text or tokenizer.decode(ids), c.finish_reason))
+        results = step_envs([episodes[i].env for i in live], actions)
+        for i, result in zip(live, results, strict=True):
+            ep, seg = episodes[i], current[i]
+            last = turn == cfg.max_turns - 1
+            obs_ids = _record_step(ep, result, fmt, tokenizer, last_turn=last)
+            seg.step_rewards.append(ep.step_rewards[-1])
+            if obs_ids and len(obs_ids) + 4 > cfg.max_total_tokens - full[i]:
+                ep.truncated = True  # the observation and a few tokens of a reply do not fit
+            elif obs_ids:
+                seg.add(obs_ids)
+                history[i].append(make_span("observation", obs_ids))
+                full[i] += len(obs_ids)
+    out = []
+    for i, ep in enumerate(episodes):
+        if not ep.done:
+            ep.truncated = True
+        segments = [s for s in done[i] + [current[i]] if s.turn_spans]
+        out.append(_trajectories(ep, segments, history[i], full[i], cuts[i], tokenizer))
+    return out
+
+
+def _trajectories(
+    ep: Episode,
+    segments: list[_Segment],
+    history: list[Span],
+    full: int,
+    cuts: int,
+    tokenizer: Any,
+) -> list[Trajectory]:
+    generated = sum(len(s) for s in history if s.kind == "action")
+    metrics = _episode_metrics(ep, generated, full)
+    metrics["context_cuts"] = float(cuts)
+    # the longest context any turn was sampled from
+    starts = [start for seg in segments for start, _ in seg.turn_spans]
+    metrics["max_context"] = float(max(starts, default=ep.prompt_length))
+    uncut = [t for span in history[1:] for t in span.token_ids]
+    text = tokenizer.decode(uncut)
+    return [
+        Trajectory(
+            token_ids=seg.token_ids,
+            loss_mask=seg.loss_mask,
+            logprobs=seg.logprobs,
+            prompt_length=seg.start,
+            policy_version=min((v for v in seg.versions if v >= 0), default=0),
+            token_versions=seg.versions,
+            turn_spans=seg.turn_spans,
+            step_rewards=seg.step_rewards,
+            reward=float(sum(ep.step_rewards)),
+            group_id=ep.group_id,
+            task_id=ep.task.task_id,
+            terminated=ep.terminated,
+            truncated=ep.truncated and not ep.terminated,
+            metrics={**metrics, "segment": float(k)},
+            completion_text=text,
+        )
+        for k, seg in enumerate(segments)
+    ]

@@ -1,0 +1,118 @@
+"""Fixtures for recipe tests: a scripted policy and a check that sandboxes leave nothing behind.
+
+`scripted(script)` replaces the policy in trainer rollouts (training and evaluation) with
+`script(episode, index, turn) -> text`, where `index` numbers the episodes of a group in the
+order the rollout started them; the text is tokenised like a sampled turn (logprob -1 each).
+Tests then build, collect and prepare batches with the real trainer code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentic_rl import trainer
+from agentic_rl.logging import read_metrics
+from agentic_rl.rollout.chat import encode_text
+from agentic_rl.rollout.loop import Actor, Episode
+from agentic_rl.tools.sandbox import shared
+from agentic_rl.types import Completion
+
+Script = Callable[[Episode, int, int], str]
+
+
+def scripted_actor(script: Script, tokenizer: Any) -> Actor:
+    """An Actor playing `script` (see the module docstring)."""
+    started: dict[str, list[Episode]] = {}
+
+    def index_of(ep: Episode) -> int:
+        group = started.setdefault(ep.group_id, [])
+        for i, other in enumerate(group):
+            if other is ep:
+                return i
+        group.append(ep)
+        return len(group) - 1
+
+    def act(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
+        out = []
+        for ep, budget in zip(episodes, budgets, strict=True):
+            text = script(ep, index_of(ep), turn)
+            ids = encode_text(tokenizer, text)
+            assert len(ids) <= budget, f"scripted turn of {len(ids)} tokens > budget {budget}"
+            out.append(Completion(ids, [-1.0] * len(ids), "stop", text))
+        return out
+
+    return act
+
+
+@pytest.fixture
+def scripted(monkeypatch, tokenizer) -> Callable[[Script], Actor]:
+    def install(script: Script) -> Actor:
+        actor = scripted_actor(script, tokenizer)
+        monkeypatch.setattr(trainer, "policy_actor", lambda *args, **kwargs: actor)
+        return actor
+
+    return install
+
+
+@pytest.fixture
+def warm_start_episodes() -> Callable[[Any], float]:
+    """`warm_start_episodes(run_dir)`: the successful expert episodes a run's warm start used."""
+
+    def read(run: Any) -> float:
+        rows = [r for r in read_metrics(run / "metrics.jsonl") if "warm_start/episodes" in r]
+        assert len(rows) == 1, rows
+        return rows[0]["warm_start/episodes"]
+
+    return read
+
+
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, real uid) of every process, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/status") as f:
+                uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+        out.append((int(name), ppid, uid))
+    return out
+
+
+def stray_processes(sandbox_uids: set[int]) -> list[tuple[int, int, int]]:
+    """Processes this test process started (directly or not) or running as a sandbox uid."""
+    procs = _processes()
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid, _ in procs if ppid in frontier} - ours
+        ours |= frontier
+    return [p for p in procs if p[0] in ours or p[2] in sandbox_uids]
+
+
+@pytest.fixture
+def no_stray_processes():
+    """After the test: close the process-wide sandbox pools the recipe's envs started, then
+    require that no process the test started and none running as a sandbox uid is left.
+    Children that lived before the test (e.g. a session-wide math verifier started by an
+    earlier test) are not the test's."""
+    before = {pid for pid, _, _ in stray_processes(set())}
+
+    def strays(uids: set[int]) -> list[tuple[int, int, int]]:
+        return [p for p in stray_processes(uids) if p[0] not in before]
+
+    yield
+    uids = {uid for pool in list(shared._pools.values()) for uid in pool.sandbox_uids()}
+    shared.close_shared_pools()
+    deadline = time.monotonic() + 5.0
+    while strays(uids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert strays(uids) == []

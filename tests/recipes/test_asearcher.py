@@ -1,0 +1,69 @@
+"""The `asearcher` recipe: long web-search episodes whose context is kept within a token budget.
+
+Mechanisms checked through the trainer: with the recipe's budget no generation step is shown
+more than `rollout.context_budget` tokens, while the same episodes without the budget are; an
+episode becomes several segments that carry its one GRPO advantage, and each policy token is
+trained exactly once; ASearcher's reward (F1 x format flags) reaches the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentic_rl import trainer
+from agentic_rl.config import load_config
+from agentic_rl.logging import read_metrics
+
+# the smoke run skips the evaluation before training: the shared CPU is the bottleneck
+LIGHT = ["trainer.eval_before=false"]
+SMOKE = ["model.name=tiny", "trainer.progress=false"]
+
+
+def test_asearcher_smoke(tmp_path):
+    cfg = load_config("asearcher", [*SMOKE, *LIGHT, f"trainer.out_dir={tmp_path}"], smoke=True)
+    assert cfg.rollout.context_budget == 384 and cfg.rollout.max_turns == 6
+    assert cfg.rollout.max_staleness == 1  # rollouts run asynchronously from the updates
+    summary = trainer.train(cfg)
+    assert summary["steps"] == 2 and "after" in summary
+    rows = read_metrics(tmp_path / "asearcher" / "metrics.jsonl")
+    assert sum("train/reward" in r for r in rows) == 2
+    assert any("warm_start/last_loss" in r for r in rows)
+
+
+def rollout(scripted, overrides):
+    """One training batch of the recipe with group size 2: sample 0 of a group follows the
+    expert, sample 1 too but answers wrong. Also returns the context length of every turn."""
+    cfg = load_config("asearcher", [*SMOKE, "rollout.group_size=2", *overrides])
+    setup = trainer.build(cfg)
+    contexts = []
+
+    def script(ep, index, turn):
+        contexts.append(len(ep.token_ids))  # what this turn is generated from
+        text = ep.env.expert_turn()
+        if index == 1 and "<answer>" in text:
+            return "<think>I will guess.</think><answer>nowhere</answer>"
+        return text
+
+    scripted(script)
+    episodes, _, _ = trainer.collect(setup, step=1)
+    return setup, episodes, contexts
+
+
+def test_contexts_stay_within_the_budget_and_exceed_it_without(scripted):
+    setup, episodes, contexts = rollout(scripted, [])
+    budget = setup.cfg.rollout.context_budget
+    assert max(contexts) <= budget
+    _, plain, unbounded = rollout(scripted, ["rollout.context_budget=0"])
+    assert max(unbounded) > budget  # the ablation: the whole history every turn
+    assert all(len(samples) == 1 for samples in plain.samples)
+    # same episodes, same rewards: F1 x format = 1 for the expert, 0 for the wrong answer
+    assert episodes.rewards().tolist() == plain.rewards().tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert all(len(samples) > 1 for samples in episodes.samples)  # cut into segments
+    for segmented, whole in zip(episodes.samples, plain.samples, strict=True):
+        assert sum(sum(s.loss_mask) for s in segmented) == sum(whole[0].loss_mask)
+    batch = trainer.prepare_batch(setup, episodes)
+    rows = batch.loss_mask.argmax(dim=1)
+    first = batch.advantages[torch.arange(len(batch)), rows]
+    # GRPO over [1, 0]: +-(0.5 / std) = +-0.7071, on every segment of the episode
+    expected = torch.tensor([0.7071, -0.7071, 0.7071, -0.7071])[batch.episode_index]
+    assert torch.allclose(first, expected, atol=1e-4)
