@@ -15,6 +15,7 @@ from agentic_rl import checkpoint as ckpt
 from agentic_rl.checkpoint import (
     COMPLETE_MARKER,
     CheckpointError,
+    CheckpointWriteError,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -189,7 +190,7 @@ def test_crash_before_rename_keeps_previous_checkpoint(
         raise OSError("simulated crash during rename")
 
     monkeypatch.setattr(ckpt.os, "replace", boom)
-    with pytest.raises(OSError, match="simulated crash"):
+    with pytest.raises(CheckpointWriteError, match="simulated crash"):
         _save(tmp_path, 2, model, optimizer=opt)
     monkeypatch.undo()
 
@@ -213,7 +214,7 @@ def test_crash_replacing_existing_step_restores_it(
         real_replace(src, dst)
 
     monkeypatch.setattr(ckpt.os, "replace", fail_second)
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointWriteError, match="simulated crash"):
         _save(tmp_path, 1, model, trainer_state={"v": "new"})
     monkeypatch.undo()
     assert latest_checkpoint(tmp_path) == first
@@ -285,3 +286,46 @@ def test_trainer_state_is_json_and_must_be_serialisable(tmp_path: Path) -> None:
         _save(tmp_path, 6, model, trainer_state={"bad": object()})
     assert latest_checkpoint(tmp_path) == path
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+def test_full_disk_names_the_problem_and_keeps_the_previous_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, opt, _ = _make(0)
+    first = _save(tmp_path, 1, model, optimizer=opt)
+
+    def full_disk(obj, f, *args, **kwargs):
+        # What torch.save raises when the disk fills up half-way through a file.
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:672] . unexpected pos 4708 vs 4700"
+        )
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    with pytest.raises(CheckpointWriteError) as info:
+        _save(tmp_path, 2, model, optimizer=opt)
+    monkeypatch.undo()
+
+    message = str(info.value)
+    assert "checkpoint step 2" in message and "GiB free" in message
+    assert "step_000001, is intact" in message
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"]
+    assert load_checkpoint(first, TiedLM(), restore_rng=False)["step"] == 1
+
+
+def test_peak_disk_use_is_keep_last_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, opt, _ = _make(0)
+    seen_while_writing: list[int] = []
+    write = ckpt._write_checkpoint_files
+
+    def counting_write(*args, **kwargs):
+        seen_while_writing.append(len(ckpt.list_checkpoints(tmp_path)))
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "_write_checkpoint_files", counting_write)
+    for step in (1, 2, 3, 4):
+        _save(tmp_path, step, model, optimizer=opt, keep_last=2)
+    # keep_last=2: one complete checkpoint beside the one being written, two after.
+    assert seen_while_writing == [0, 1, 1, 1]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_000003", "step_000004"]

@@ -53,6 +53,10 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (a full disk, most often); the previous one is intact."""
+
+
 # --------------------------------------------------------------------------------------------
 # paths
 
@@ -239,12 +243,19 @@ def save_checkpoint(
     root = checkpoints_dir(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
+    # Peak disk use stays at `keep_last` checkpoints: the oldest goes before the new one is
+    # written, never the newest complete one, so a failed write still leaves one to resume from.
+    if keep_last > 0:
+        prune_checkpoints(out_dir, keep_last=max(keep_last - 1, 1))
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
     try:
         _write_checkpoint_files(
             tmp, step, model, optimizer, scheduler, trainer_state, extra_modules
         )
         _move_into_place(tmp, final)
+    except (OSError, RuntimeError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(_write_failure_message(out_dir, step, err)) from err
     except BaseException:
         # A real crash cannot clean up; the leftover .tmp-* dir is removed by the next save.
         shutil.rmtree(tmp, ignore_errors=True)
@@ -252,6 +263,18 @@ def save_checkpoint(
     _fsync_path(root)
     prune_checkpoints(out_dir, keep_last=keep_last, protect=final)
     return final
+
+
+def _write_failure_message(out_dir: Path, step: int, err: BaseException) -> str:
+    root = checkpoints_dir(out_dir)
+    free_gib = shutil.disk_usage(root).free / 2**30
+    previous = latest_checkpoint(out_dir)
+    kept = f"the last complete one, {previous.name}, is intact" if previous else "none exists yet"
+    return (
+        f"could not write checkpoint step {step} under {root} ({err}); "
+        f"{free_gib:.2f} GiB free on that disk. {kept[0].upper()}{kept[1:]}: free some space "
+        "(or set trainer.out_dir / trainer.keep_last) and rerun the same command to resume."
+    )
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
