@@ -260,4 +260,6 @@ def correct_stale(setup: Setup, batch: TrainBatch) -> None:
     cfg = setup.cfg
     if cfg.algo.epochs > 1:
         chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
-        batch.old_logprobs, _ = forward_no_grad(setup.policy, batch, chunk, micro)
+        batch.old_logprobs, _ = forward_no_grad(
+            setup.policy, batch, chunk, micro, share_prefix=cfg.model.share_prefix
+        )

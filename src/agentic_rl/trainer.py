@@ -269,11 +269,16 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
         types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
+    share = cfg.model.share_prefix
     if setup.reference is not None:
-        batch.ref_logprobs, _ = forward_no_grad(setup.reference, batch, chunk, micro, dp=setup.dp)
+        batch.ref_logprobs, _ = forward_no_grad(
+            setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
+        )
     elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
         with adapter_disabled(setup.policy):
-            batch.ref_logprobs, _ = forward_no_grad(setup.policy, batch, chunk, micro)
+            batch.ref_logprobs, _ = forward_no_grad(
+                setup.policy, batch, chunk, micro, share_prefix=share
+            )
     if setup.value_head is not None:
         _, batch.old_values = forward_no_grad(
             setup.policy, batch, chunk, micro, setup.value_head, setup.dp

@@ -1,0 +1,149 @@
+"""Shared-prefix forward: same logprobs and gradients as the plain forward, prefix run once."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from agentic_rl.models import tiny_model, token_logprobs
+from agentic_rl.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix_length
+
+VOCAB = 97
+
+
+def _rows(prefix_len: int, suffix_lens: list[int], seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Right-padded rows `prefix + suffix_i`; the loss mask covers the suffixes."""
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(1, VOCAB, (prefix_len,), generator=g)
+    width = prefix_len + max(suffix_lens)
+    ids = torch.zeros((len(suffix_lens), width), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    mask = torch.zeros((len(suffix_lens), width))
+    for i, n in enumerate(suffix_lens):
+        ids[i, :prefix_len] = prefix
+        ids[i, prefix_len : prefix_len + n] = torch.randint(1, VOCAB, (n,), generator=g)
+        attn[i, : prefix_len + n] = 1
+        mask[i, prefix_len : prefix_len + n] = 1
+    return ids, attn, mask
+
+
+def test_shared_prefix_length_by_hand() -> None:
+    ids = torch.tensor([[5] * 10 + [1, 2, 3], [5] * 10 + [1, 9, 9], [5] * 10 + [1, 2, 0]])
+    attn = torch.tensor([[1] * 13, [1] * 13, [1] * 12 + [0]])
+    wanted = torch.zeros_like(ids, dtype=torch.bool)
+    wanted[:, 11:] = True
+    assert shared_prefix_length(ids, attn, wanted) == 11  # 10 fives and the 1 agree
+    wanted[0, 9] = True  # a wanted token inside the shared run caps the prefix before it
+    assert shared_prefix_length(ids, attn, wanted) == 9
+    assert shared_prefix_length(ids[:1], attn[:1], wanted[:1]) == 0  # one row: nothing to share
+    short = ids.clone()
+    short[1, MIN_SHARED_TOKENS - 1] = 0  # rows part before MIN_SHARED_TOKENS: not worth it
+    assert shared_prefix_length(short, attn, wanted) == 0
+
+
+def test_same_logprobs_entropy_and_gradients_as_the_plain_forward() -> None:
+    ids, attn, mask = _rows(prefix_len=20, suffix_lens=[7, 3, 9, 5])
+    adv = torch.tensor([1.0, -0.5, 0.25, -1.0])[:, None]
+    results = []
+    for share in (False, True):
+        model = tiny_model(VOCAB, seed=1)
+        model.train()
+        lp, ent, _ = token_logprobs(
+            model, ids, attn, chunk_size=4, with_entropy=True, positions=mask > 0,
+            share_prefix=share,
+        )  # fmt: skip
+        (-(lp * adv * mask).sum() - 0.1 * (ent * mask).sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((lp.detach(), ent.detach(), grads))
+    (lp0, ent0, g0), (lp1, ent1, g1) = results
+    assert (lp0 != 0).sum() == mask.sum()  # every suffix token got a logprob
+    torch.testing.assert_close(lp1, lp0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent1, ent0, atol=1e-5, rtol=1e-5)
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_prefix_runs_once(monkeypatch) -> None:
+    """Counted, not timed: the backbone sees P + B * S tokens instead of B * (P + S)."""
+    ids, attn, mask = _rows(prefix_len=30, suffix_lens=[6, 6, 6, 6])
+    model = tiny_model(VOCAB, seed=1)
+    seen: list[int] = []
+    backbone = model.model
+    original = backbone.forward
+
+    @functools.wraps(original)  # keeps the signature the cache keyword is read from
+    def counting(*args, **kwargs):
+        seen.append(int(kwargs["input_ids"].numel()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backbone, "forward", counting)
+    token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
+    assert seen == [30, 4 * 6]
+    seen.clear()
+    token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=False)
+    assert seen == [4 * 36]
+
+
+def test_value_head_states_disable_sharing() -> None:
+    ids, attn, mask = _rows(prefix_len=20, suffix_lens=[4, 4])
+    model = tiny_model(VOCAB, seed=1)
+    _, _, hidden = token_logprobs(
+        model, ids, attn, positions=mask > 0, return_hidden=True, share_prefix=True
+    )
+    assert hidden is not None and hidden.shape[:2] == ids.shape  # every position's state
+
+
+def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
+    """Two groups of 4 with their own 12-token prompt, micro-batches of 4: the rows are ordered
+    group by group, the prompt runs once per micro-batch, and the weights end up the same."""
+    import copy
+
+    from agentic_rl.config import load_config
+    from agentic_rl.learner import collate, compute_advantages, update
+    from agentic_rl.types import Trajectory
+
+    g = torch.Generator().manual_seed(3)
+    trajs = []
+    for group in range(2):
+        prompt = torch.randint(10, 1000, (12,), generator=g).tolist()
+        for i in range(4):
+            answer = torch.randint(10, 1000, (3 + i + group,), generator=g).tolist()
+            trajs.append(
+                Trajectory(
+                    token_ids=prompt + answer,
+                    loss_mask=[0] * 12 + [1] * len(answer),
+                    logprobs=[0.0] * (12 + len(answer)),
+                    prompt_length=12,
+                    turn_spans=[(12, 12 + len(answer))],
+                    step_rewards=[],
+                    reward=float(i % 2),
+                    group_id=f"g{group}",
+                )
+            )
+    trajs = trajs[::2] + trajs[1::2]  # groups interleaved in the batch
+    models = []
+    for share in (False, True):
+        cfg = load_config(
+            None, ["model.name=tiny", "optim.micro_batch_size=4", f"model.share_prefix={share}"]
+        )
+        model = copy.deepcopy(tiny)
+        seen: list[tuple[int, ...]] = []
+        original = model.model.forward
+        model.model.forward = functools.wraps(original)(
+            lambda *a, _f=original, _s=seen, **k: (
+                _s.append(tuple(k["input_ids"].shape)) or _f(*a, **k)
+            )
+        )
+        batch = collate(trajs, 0)
+        compute_advantages(batch, cfg.algo)
+        update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, cfg)
+        models.append(model)
+        # Shared: per group, the 12-token prompt once, then the 4 answers against its KV.
+        assert ((1, 12) in seen) == share and len(seen) == (4 if share else 2)
+    changed = False
+    params = zip(models[0].parameters(), models[1].parameters(), tiny.parameters(), strict=True)
+    for p0, p1, p in params:
+        torch.testing.assert_close(p1, p0, atol=1e-5, rtol=1e-4)
+        changed |= not torch.equal(p0, p)
+    assert changed
