@@ -47,8 +47,9 @@ from vs_trl import (  # noqa: E402  (bench/ is not a package)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def alternating_reward(index_in_group: int, text: str) -> float:
-    return float(index_in_group % 2 == 0)
+def alternating_reward(row: int, text: str) -> float:
+    # Group sizes are even, so row parity is the parity of the index within the group.
+    return float(row % 2 == 0)
 
 
 class PeakRSS:
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2, help="measured steps per point")
     parser.add_argument("--eos", action="store_true", help="stop at EOS (default: ignore it)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--out", type=Path, default=RESULTS / "step_scaling.json")
     args = parser.parse_args()
 
@@ -137,6 +139,7 @@ def main() -> None:
         tokenizer,
         max_batch_size=args.prompts * max_g,
         eos_token_ids=None if args.eos else [-1],  # -1: no token ends a completion early
+        mixed_precision="bf16" if args.precision == "bf16" else "no",
     )
     grid: dict[tuple[int, int], set[str]] = {}
     for g in args.group_sizes:
@@ -147,7 +150,7 @@ def main() -> None:
     n_points = len(order)
     messages = prompt_messages(args.prompts * (1 + n_points * args.steps))
     prompt_ids = [encode_prompt(tokenizer, m) for m in messages]
-    optimizer = make_optimizer(our_config(64, 4, args.prompts, 5e-6), model)
+    optimizer = make_optimizer(our_config(64, 4, args.prompts, 5e-6, args.precision), model)
     sampler = PeakRSS()
     step = 0
 
@@ -156,7 +159,7 @@ def main() -> None:
 
     first_g, first_l = order[0]
     warm = our_step(
-        our_config(first_l, first_g, args.prompts, 5e-6),
+        our_config(first_l, first_g, args.prompts, 5e-6, args.precision),
         model,
         tokenizer,
         generator,
@@ -169,7 +172,7 @@ def main() -> None:
     print(f"warm-up G={first_g} L={first_l}: {warm['step_s']:.2f}s", flush=True)
     points = []
     for g, length in order:
-        cfg = our_config(length, g, args.prompts, 5e-6)
+        cfg = our_config(length, g, args.prompts, 5e-6, args.precision)
         sampler.reset()
         runs = []
         for _ in range(args.steps):

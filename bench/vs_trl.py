@@ -92,10 +92,14 @@ def summary(values: list[float]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 
 
-def our_config(max_new_tokens: int, group_size: int, prompts: int, lr: float) -> Any:
-    """The default recipe, single-turn, with this benchmark's sampling settings."""
+def our_config(
+    max_new_tokens: int, group_size: int, prompts: int, lr: float, precision: str = "fp32"
+) -> Any:
+    """The default recipe, single-turn, with this benchmark's sampling settings; precision
+    "bf16" turns on bf16 autocast in generation and in the update (float32 weights)."""
     from agentic_rl.config import load_config
 
+    mixed = "bf16" if precision == "bf16" else "no"
     return load_config(
         "search_qa_grpo",
         [
@@ -109,6 +113,8 @@ def our_config(max_new_tokens: int, group_size: int, prompts: int, lr: float) ->
             f"optim.lr={lr}",
             "algo.kl_coef=0.0",
             "algo.epochs=1",
+            f"rollout.mixed_precision={mixed}",
+            f"learner.mixed_precision={mixed}",
         ],
     )
 
@@ -124,7 +130,8 @@ def our_step(
     reward_fn: Any = None,
 ) -> dict[str, Any]:
     """One GRPO step of ours on `prompt_ids` (one per group): rollout -> reward -> advantages ->
-    update. Returns timings and counts. `reward_fn(index_in_group, text)`; default: parity of
+    update. Returns timings and counts. `reward_fn(row, text)`, row = index among the step's
+    prompt_ids x group_size completions (row // group_size is the prompt); default: parity of
     the text length."""
     from agentic_rl.learner import collate_episodes, compute_advantages
     from agentic_rl.learner import update as learner_update
@@ -141,7 +148,7 @@ def our_step(
     trajectories = []
     for i, (prompt, c) in enumerate(zip(expanded, completions, strict=True)):
         text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
-        reward = reward_fn(i % group_size, text) if reward_fn else parity_reward(text)
+        reward = reward_fn(i, text) if reward_fn else parity_reward(text)
         n = len(c.token_ids)
         trajectories.append(
             [
@@ -204,10 +211,15 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentic_rl.rollout.chat import encode_prompt
 
     torch.manual_seed(SEED)
-    cfg = our_config(args.max_new_tokens, args.group_size, args.prompts, args.lr)
+    cfg = our_config(args.max_new_tokens, args.group_size, args.prompts, args.lr, args.precision)
     model, tokenizer = load_policy(ModelConfig(dtype="float32"), seed=SEED)
     rss_loaded = rss_mib()
-    generator = HFGenerator(model, tokenizer, max_batch_size=args.prompts * args.group_size)
+    generator = HFGenerator(
+        model,
+        tokenizer,
+        max_batch_size=args.prompts * args.group_size,
+        mixed_precision=cfg.rollout.mixed_precision,
+    )
     optimizer = make_optimizer(cfg, model)
     total = args.warmup + args.steps
     messages = prompt_messages(args.prompts * total)
@@ -233,6 +245,10 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             "finished rows leave the batch)",
             "update": "learner.update, algo.epochs=1 (on-policy ratio, no second forward)",
             "dtype": "float32",
+            "mixed_precision": {
+                "rollout": cfg.rollout.mixed_precision,
+                "learner": cfg.learner.mixed_precision,
+            },
             "micro_batch_size": cfg.optim.micro_batch_size,
             "logprob_chunk_size": cfg.model.logprob_chunk_size,
             "loss_agg": cfg.algo.loss_agg,
@@ -274,7 +290,9 @@ def trl_config(args: argparse.Namespace, output_dir: str) -> Any:
         "learning_rate": args.lr,
         "lr_scheduler_type": "constant",
         "max_grad_norm": 1.0,
-        "bf16": False,  # fp32 like ours (TRL's default is bf16)
+        # The same precision as ours: bf16 mixed precision (autocast over float32 weights, TRL's
+        # default) for --precision bf16, plain float32 for --precision fp32.
+        "bf16": args.precision == "bf16",
         "fp16": False,
         # TRL's default is True; pointless at 135M (`gradient_checkpointing` is transformers 5's
         # deprecated alias of `activation_checkpointing`; setting both silences the warning).
@@ -496,6 +514,8 @@ def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, A
         str(args.lr),
         "--trl-generation",
         args.trl_generation,
+        "--precision",
+        args.precision,
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
     t0 = time.perf_counter()
@@ -549,6 +569,12 @@ def main() -> None:
         choices=["generate", "continuous_batching"],
         default="generate",
         help="TRL's generation path without vLLM",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="both sides: float32, or bf16 autocast over float32 weights (TRL bf16=True)",
     )
     parser.add_argument("--only", choices=["ours", "trl"], help="run one framework only")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -607,6 +633,7 @@ def main() -> None:
     record = {
         "command": "python " + " ".join(sys.argv),
         "setup": {
+            "precision": args.precision,
             "prompts_per_step": args.prompts,
             "group_size": args.group_size,
             "max_new_tokens": args.max_new_tokens,

@@ -62,8 +62,17 @@ class VersionedGenerator:
     of the next `generate` call, never during one, and the KV cache of earlier turns is dropped
     with them. Every Completion carries the version that sampled it."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, max_batch_size: int, version: int):
-        self.inner = HFGenerator(model, tokenizer, max_batch_size=max_batch_size)
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        max_batch_size: int,
+        version: int,
+        mixed_precision: str = "no",
+    ):
+        self.inner = HFGenerator(
+            model, tokenizer, max_batch_size=max_batch_size, mixed_precision=mixed_precision
+        )
         self.version = version
         self.swaps = 0  # weight updates taken
         self.stopped = False
@@ -148,6 +157,7 @@ class AsyncRollouts:
             tokenizer,
             max_batch_size=learner_gen.max_batch_size,
             version=step - 1,
+            mixed_precision=cfg.rollout.mixed_precision,
         )
         tools = make_envs(cfg, 1)[0].tools
         worker_setup = dataclasses.replace(

@@ -65,6 +65,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if value is False:  # YAML 1.1 reads a bare `no` / `off` as false: `mixed_precision=no`
+            return "no"
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
 

@@ -380,6 +380,7 @@ def _validate_env_options(cfg: Config) -> None:
 def _validate_lora_and_backend(cfg: Config) -> None:
     model, vllm = cfg.model, cfg.vllm
     _check_choice("rollout.backend", cfg.rollout.backend, BACKENDS)
+    _check_choice("rollout.mixed_precision", cfg.rollout.mixed_precision, MIXED_PRECISION)
     if model.lora_rank < 0:
         raise ConfigError(
             f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {model.lora_rank}"
@@ -402,6 +403,8 @@ def _validate_lora_and_backend(cfg: Config) -> None:
                 "reference is the base model with the adapter off, which would not include the "
                 "warm start; set algo.kl_coef=0, or warm-start in a separate full-tuning run"
             )
+    if cfg.rollout.backend == "vllm":
+        _unused(cfg, ["rollout.mixed_precision"], "vLLM computes in vllm.dtype")
     if cfg.rollout.backend != "vllm":
         keys = ["gpu_memory_utilization", "dtype", "max_model_len", "sleep_level", "enforce_eager"]
         _unused(cfg, [f"vllm.{k}" for k in keys], "rollout.backend is not vllm")
@@ -457,9 +460,14 @@ def _validate_learner(cfg: Config) -> None:
     learner = cfg.learner
     _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
     _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
+    precisions = (learner.mixed_precision, cfg.rollout.mixed_precision)
+    if "bf16" in precisions and cfg.model.dtype != "float32":
+        raise ConfigError(
+            "mixed_precision=bf16 keeps float32 weights and computes in bfloat16: set "
+            f"model.dtype=float32, not {cfg.model.dtype}"
+        )
     if learner.strategy == "single":
-        keys = ["learner.mixed_precision", "learner.defer_grad_sync"]
-        _unused(cfg, keys, "it applies to learner.strategy=fsdp2 only")
+        _unused(cfg, ["learner.defer_grad_sync"], "it applies to learner.strategy=fsdp2 only")
         return
     # Combinations whose engines would each need their own per-process wiring (not built yet).
     for key, off, why in (
@@ -479,9 +487,4 @@ def _validate_learner(cfg: Config) -> None:
             raise ConfigError(
                 "learner.mixed_precision=bf16 needs a GPU (FSDP2 mixed precision); on CPU use "
                 "learner.mixed_precision=no"
-            )
-        if cfg.model.dtype != "float32":
-            raise ConfigError(
-                "learner.mixed_precision=bf16 keeps float32 master weights and computes in "
-                f"bfloat16: set model.dtype=float32, not {cfg.model.dtype}"
             )

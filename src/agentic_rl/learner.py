@@ -35,7 +35,7 @@ from agentic_rl.algos.losses import (
 )
 from agentic_rl.algos.offpolicy import decoupled_ppo_loss
 from agentic_rl.config import AlgoConfig, Config, GigpoConfig
-from agentic_rl.models import token_logprobs
+from agentic_rl.models import autocast, token_logprobs
 from agentic_rl.types import Trajectory
 
 if TYPE_CHECKING:
@@ -267,6 +267,9 @@ def update(
     # Prefix sharing changes how many forwards a micro-batch runs, which the processes of a
     # data-parallel learner must agree on: single process only.
     share_prefix = cfg.model.share_prefix and dp is None
+    # One process: bf16 autocast here (FSDP2 applies its own mixed-precision policy).
+    precision = cfg.learner.mixed_precision if dp is None else "no"
+    device = next(model.parameters()).device
     rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
     grad_norm = 0.0
@@ -274,7 +277,8 @@ def update(
     for _ in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
         for mb, weight in micro_batches(batch, rows, cfg.optim.micro_batch_size, dp):
-            out = _micro_batch_loss(model, mb, cfg, counts, value_head, share_prefix)
+            with autocast(precision, device):
+                out = _micro_batch_loss(model, mb, cfg, counts, value_head, share_prefix)
             (out["loss"] * weight).backward()
             for key in sums:
                 sums[key] += float(out[key].detach()) if weight else 0.0

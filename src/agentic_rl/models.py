@@ -8,11 +8,13 @@ cache directory and every later load reads that copy (~0.1 s instead of ~20 s).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
 import shutil
 import tempfile
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,14 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
 
         model = apply_lora(model, cfg)
     return model, tokenizer
+
+
+def autocast(mixed_precision: str, device: torch.device | str = "cpu") -> AbstractContextManager:
+    """torch.autocast in bfloat16 for mixed_precision "bf16" (float32 weights, bfloat16 matmuls);
+    a no-op for "no"."""
+    if mixed_precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -27,10 +27,14 @@ from agentic_rl.types import Completion, SamplingParams
 class GeneratorWorker:
     """Runs in a Ray actor: an HF generator over its own copy of the policy."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, max_batch_size: int) -> None:
+    def __init__(
+        self, model: nn.Module, tokenizer: Any, max_batch_size: int, mixed_precision: str = "no"
+    ) -> None:
         if torch.cuda.is_available():  # Ray set CUDA_VISIBLE_DEVICES to this actor's GPUs
             model = model.to("cuda")
-        self.generator = HFGenerator(model, tokenizer, max_batch_size=max_batch_size)
+        self.generator = HFGenerator(
+            model, tokenizer, max_batch_size=max_batch_size, mixed_precision=mixed_precision
+        )
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
         return self.generator.generate(prompts, params)
@@ -51,7 +55,9 @@ class RayGenerator:
         options = {"num_cpus": cfg.ray.generator_cpus, "num_gpus": cfg.ray.generator_gpus}
         worker = self.ray.remote(**options)(GeneratorWorker)
         self.max_batch_size = max(cfg.rollout.eval_batch_size, cfg.rollout.group_size)
-        self.actor = worker.remote(model, tokenizer, self.max_batch_size)
+        self.actor = worker.remote(
+            model, tokenizer, self.max_batch_size, cfg.rollout.mixed_precision
+        )
         self.pid = self._get(self.actor.pid.remote(), "start the generator actor")
 
     def generate(

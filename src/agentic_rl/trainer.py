@@ -40,7 +40,7 @@ from agentic_rl.learner import (
 from agentic_rl.learner import update as learner_update
 from agentic_rl.logging import RunLogger
 from agentic_rl.lora import adapter_disabled, is_lora
-from agentic_rl.models import ValueHead, frozen_copy, load_policy
+from agentic_rl.models import ValueHead, autocast, frozen_copy, load_policy
 from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.chat import ChatFormat, check_prefix_preserving, make_chat_format
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes, run_stepwise
@@ -270,19 +270,22 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
     share = cfg.model.share_prefix
-    if setup.reference is not None:
-        batch.ref_logprobs, _ = forward_no_grad(
-            setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
-        )
-    elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
-        with adapter_disabled(setup.policy):
+    # The same precision as the update, so the KL compares like with like.
+    precision = cfg.learner.mixed_precision if setup.dp is None else "no"
+    with autocast(precision, next(setup.policy.parameters()).device):
+        if setup.reference is not None:
             batch.ref_logprobs, _ = forward_no_grad(
-                setup.policy, batch, chunk, micro, share_prefix=share
+                setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
             )
-    if setup.value_head is not None:
-        _, batch.old_values = forward_no_grad(
-            setup.policy, batch, chunk, micro, setup.value_head, setup.dp
-        )
+        elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
+            with adapter_disabled(setup.policy):
+                batch.ref_logprobs, _ = forward_no_grad(
+                    setup.policy, batch, chunk, micro, share_prefix=share
+                )
+        if setup.value_head is not None:
+            _, batch.old_values = forward_no_grad(
+                setup.policy, batch, chunk, micro, setup.value_head, setup.dp
+            )
     compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.filters.overlong_filter:
         # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss

@@ -51,6 +51,7 @@ def make_generator(cfg: Config, policy: nn.Module, tokenizer: Any) -> Generator:
         unwrap(policy),
         tokenizer,
         max_batch_size=max(cfg.rollout.eval_batch_size, cfg.rollout.group_size),
+        mixed_precision=cfg.rollout.mixed_precision,
     )
 
 

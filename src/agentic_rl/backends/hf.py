@@ -7,6 +7,7 @@ step follows the number of live sequences, not the longest one.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,13 +21,27 @@ from agentic_rl.types import Completion, SamplingParams
 def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Mask tokens outside the smallest set whose probability reaches top_p (per row).
 
-    logits [N, V], top_p [N] -> logits with -inf outside the nucleus."""
+    logits [N, V], top_p [N] -> logits with -inf outside the nucleus. With every top_p >= 1
+    nothing is masked and the vocabulary sort (~17 ms a step for 16 x 49k) is skipped."""
+    if bool((top_p >= 1).all()):
+        return logits
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
     probs = torch.softmax(sorted_logits, dim=-1)
     mass_before = probs.cumsum(-1) - probs
     drop_sorted = mass_before >= top_p.unsqueeze(-1)
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
+
+
+def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row by inverse-CDF sampling: probs [N, V] -> token ids [N].
+
+    One uniform number per row, where torch.multinomial draws one per vocabulary entry (11 ms a
+    step for 16 x 49k on the 2-core CPU, measured). The CDF is summed in float64, so rounding
+    cannot move mass between tokens; zero-probability tokens (outside top-p) are never chosen."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1).squeeze(-1)
 
 
 def _layered_cache_available() -> bool:
@@ -51,8 +66,13 @@ class HFGenerator:
         max_batch_size: int = 64,
         eos_token_ids: Sequence[int] | None = None,
         prefix_cache: bool = True,
+        mixed_precision: str = "no",
     ) -> None:
         self.model = model
+        # "bf16": forward passes run on a bfloat16 copy of the parameters (see _compute_model).
+        self.mixed_precision = mixed_precision
+        self._bf16_model: nn.Module | None = None
+        self._bf16_version = -1
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         eos = list(eos_token_ids or [])
@@ -135,7 +155,7 @@ class HFGenerator:
             t = temps[rows].unsqueeze(-1)
             greedy = t.squeeze(-1) <= 0
             scaled = _top_p_filter(logits / t.clamp(min=1e-5), top_ps[rows])
-            sampled = torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=gen).squeeze(-1)
+            sampled = _sample(torch.softmax(scaled, dim=-1), gen)
             choice = torch.where(greedy, logits.argmax(-1), sampled)
             chosen_lp = logprob_all.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
             keep: list[int] = []
@@ -255,9 +275,30 @@ class HFGenerator:
         kwargs: dict[str, Any] = {self._cache_kw: cache}
         if self._keep_kw:  # only the last position's logits: the prefill never builds [N, T, V]
             kwargs[self._keep_kw] = 1
-        return self.model(
+        return self._compute_model()(
             input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **kwargs
         )
+
+    def _compute_model(self) -> nn.Module:
+        """The module forward passes run on: the model itself, or for mixed_precision "bf16" a
+        copy whose parameters are bfloat16 (buffers such as rotary frequencies stay float32),
+        re-cast only when the weights have changed. Casting once per weight version, not once
+        per forward: under torch.autocast every weight is re-cast at every decoding step, which
+        cost more than the bfloat16 matmuls saved (measured: 110 ms vs 47 ms a step)."""
+        if self.mixed_precision != "bf16":
+            return self.model
+        version = self._weights_version()
+        if self._bf16_model is None:
+            self._bf16_model = copy.deepcopy(self.model).eval()
+            for param in self._bf16_model.parameters():
+                param.requires_grad_(False)
+                param.data = param.data.to(torch.bfloat16)
+        elif version != self._bf16_version:
+            pairs = zip(self._bf16_model.parameters(), self.model.parameters(), strict=True)
+            for low, full in pairs:
+                low.data.copy_(full.data)
+        self._bf16_version = version
+        return self._bf16_model
 
     def _hit_stop(self, tokens: list[int], stops: list[str], tail_chars: int) -> bool:
         """Did the newest token complete a stop string? Decodes only a short tail: each token is
