@@ -3,14 +3,19 @@
 Two kinds of rules: values out of range, and combinations that would be silently ignored or can
 never work (GSPO with token-level aggregation, GiGPO without step-wise rollouts on an env with
 anchor states, dynamic sampling that can never fill a batch...). Re-exported by `config`.
+The LoRA / generator-backend / learner rules are in config_validate_engines.py, the async and
+Ray rules in config_distributed.py, the shared checks (`_check_choice`, `_unused`...) in
+config_checks.py.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentic_rl.config_checks import _check_choice, _check_positive, _default, _get, _unused
 from agentic_rl.config_distributed import validate_distributed
 from agentic_rl.config_parse import ConfigError
+from agentic_rl.config_validate_engines import validate_engines
 
 if TYPE_CHECKING:
     from agentic_rl.config import Config
@@ -51,39 +56,6 @@ ROLLOUT_MODES = ("episode", "step")
 GIGPO_NORMS = ("mean_std_norm", "mean_norm")
 CHAT_FORMATS = ("tags", "hermes", "retool", "retool_text", "hermes_multi", "swe_rl")
 DTYPES = ("float32", "bfloat16")
-BACKENDS = ("hf", "vllm")
-VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
-LEARNER_STRATEGIES = ("single", "fsdp2")
-MIXED_PRECISION = ("no", "bf16")
-
-
-def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(choices)}")
-
-
-def _get(cfg: Config, key: str) -> Any:
-    section, name = key.split(".")
-    return getattr(getattr(cfg, section), name)
-
-
-def _check_positive(cfg: Config, keys: list[str], allow_zero: bool = False) -> None:
-    for key in keys:
-        value = _get(cfg, key)
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def _default(cfg: Config, key: str) -> Any:
-    section, name = key.split(".")
-    return getattr(type(getattr(cfg, section))(), name)
-
-
-def _unused(cfg: Config, keys: list[str], reason: str) -> None:
-    """Keys changed from their defaults that the chosen setup would silently ignore."""
-    for key in keys:
-        if _get(cfg, key) != _default(cfg, key):
-            raise ConfigError(f"{key} is set but does nothing: {reason}")
 
 
 def validate(cfg: Config) -> None:
@@ -162,8 +134,7 @@ def validate(cfg: Config) -> None:
     _validate_filters(cfg)
     _validate_thinking(cfg)
     _validate_self_play(cfg)
-    _validate_lora_and_backend(cfg)
-    _validate_learner(cfg)
+    validate_engines(cfg)
     validate_distributed(cfg)
 
 
@@ -377,54 +348,6 @@ def _validate_env_options(cfg: Config) -> None:
         )
 
 
-def _validate_lora_and_backend(cfg: Config) -> None:
-    model, vllm = cfg.model, cfg.vllm
-    _check_choice("rollout.backend", cfg.rollout.backend, BACKENDS)
-    _check_choice("rollout.mixed_precision", cfg.rollout.mixed_precision, MIXED_PRECISION)
-    if model.lora_rank < 0:
-        raise ConfigError(
-            f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {model.lora_rank}"
-        )
-    if model.lora_rank == 0:
-        _unused(cfg, ["model.lora_alpha", "model.lora_targets"], "model.lora_rank=0 (no LoRA)")
-    else:
-        targets = model.lora_targets
-        if (
-            not isinstance(targets, list)
-            or not targets
-            or not all(isinstance(t, str) and t for t in targets)
-        ):
-            raise ConfigError(f"model.lora_targets must be a list of layer names, got {targets!r}")
-        if model.lora_alpha <= 0:
-            raise ConfigError(f"model.lora_alpha must be > 0, got {model.lora_alpha}")
-        if cfg.warm_start.num_tasks > 0 and cfg.algo.kl_coef > 0:
-            raise ConfigError(
-                "model.lora_rank > 0 with warm_start.num_tasks > 0 and algo.kl_coef > 0: the LoRA "
-                "reference is the base model with the adapter off, which would not include the "
-                "warm start; set algo.kl_coef=0, or warm-start in a separate full-tuning run"
-            )
-    if cfg.rollout.backend == "vllm":
-        _unused(cfg, ["rollout.mixed_precision"], "vLLM computes in vllm.dtype")
-    if cfg.rollout.backend != "vllm":
-        keys = ["gpu_memory_utilization", "dtype", "max_model_len", "sleep_level", "enforce_eager"]
-        _unused(cfg, [f"vllm.{k}" for k in keys], "rollout.backend is not vllm")
-        return
-    _check_choice("vllm.dtype", vllm.dtype, VLLM_DTYPES)
-    if not 0 < vllm.gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"vllm.gpu_memory_utilization must be in (0, 1], got {vllm.gpu_memory_utilization}"
-        )
-    if vllm.sleep_level not in (0, 1, 2):
-        raise ConfigError(f"vllm.sleep_level must be 0, 1 or 2, got {vllm.sleep_level}")
-    if vllm.sleep_level == 2 and model.lora_rank > 0:
-        raise ConfigError(
-            "vllm.sleep_level=2 discards the engine's base weights, but LoRA runs only send the "
-            "adapter after an update: use vllm.sleep_level=1"
-        )
-    if vllm.max_model_len < 0:
-        raise ConfigError(f"vllm.max_model_len must be >= 0, got {vllm.max_model_len}")
-
-
 def _validate_context_budget(cfg: Config) -> None:
     rollout = cfg.rollout
     _check_positive(
@@ -454,37 +377,3 @@ def _validate_context_budget(cfg: Config) -> None:
             "rollout.context_budget trains a long episode as several segments that share the "
             f"episode's advantage: algo.name must be grpo, dr_grpo or rloo, not {cfg.algo.name}"
         )
-
-
-def _validate_learner(cfg: Config) -> None:
-    learner = cfg.learner
-    _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
-    _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
-    precisions = (learner.mixed_precision, cfg.rollout.mixed_precision)
-    if "bf16" in precisions and cfg.model.dtype != "float32":
-        raise ConfigError(
-            "mixed_precision=bf16 keeps float32 weights and computes in bfloat16: set "
-            f"model.dtype=float32, not {cfg.model.dtype}"
-        )
-    if learner.strategy == "single":
-        _unused(cfg, ["learner.defer_grad_sync"], "it applies to learner.strategy=fsdp2 only")
-        return
-    # Combinations whose engines would each need their own per-process wiring (not built yet).
-    for key, off, why in (
-        ("rollout.backend", "hf", "each process generates with its own copy of the weights"),
-        ("model.lora_rank", 0, "the adapters would be sharded like full weights"),
-        ("rollout.max_staleness", 0, "the rollout worker would race the sharded update"),
-        ("ray.enabled", False, "every process would start its own Ray env workers"),
-    ):
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section, None), name, off)
-        if value != off:
-            raise ConfigError(f"learner.strategy=fsdp2 does not support {key}={value} yet: {why}")
-    if learner.mixed_precision == "bf16":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "learner.mixed_precision=bf16 needs a GPU (FSDP2 mixed precision); on CPU use "
-                "learner.mixed_precision=no"
-            )
