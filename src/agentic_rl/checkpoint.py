@@ -14,7 +14,8 @@ Layout of one checkpoint (`OUT` is the run's output directory)::
 
 Everything is written into `OUT/checkpoints/.tmp-*` and renamed into place only once all files
 (and the marker) are on disk, so a crash mid-save never leaves a directory that
-`latest_checkpoint` would pick.
+`latest_checkpoint` would pick. The file names and the listing / pruning of checkpoints live in
+checkpoint_paths.py; its names are re-exported from here.
 """
 
 from __future__ import annotations
@@ -34,18 +35,43 @@ from safetensors.torch import load_file, load_model, save_model
 from torch import nn
 from torch.optim import Optimizer
 
+from agentic_rl.checkpoint_paths import (
+    ADAPTER_DIR,
+    CHECKPOINTS_DIRNAME,
+    COMPLETE_MARKER,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    RNG_FILE,
+    TMP_PREFIX,
+    TRAINER_STATE_FILE,
+    checkpoints_dir,
+    latest_checkpoint,
+    list_checkpoints,
+    prune_checkpoints,
+    step_dir_name,
+)
 from agentic_rl.lora import ADAPTER_WEIGHTS, is_lora, load_adapter_state, save_adapter
 
-CHECKPOINTS_DIRNAME = "checkpoints"
-MODEL_FILE = "model.safetensors"
-ADAPTER_DIR = "adapter"
-OPTIMIZER_FILE = "optimizer.pt"
-TRAINER_STATE_FILE = "trainer_state.json"
-RNG_FILE = "rng.pt"
-COMPLETE_MARKER = "COMPLETE"
-TMP_PREFIX = ".tmp-"
+__all__ = [
+    "ADAPTER_DIR",
+    "CHECKPOINTS_DIRNAME",
+    "COMPLETE_MARKER",
+    "MODEL_FILE",
+    "OPTIMIZER_FILE",
+    "RNG_FILE",
+    "TMP_PREFIX",
+    "TRAINER_STATE_FILE",
+    "CheckpointError",
+    "CheckpointWriteError",
+    "checkpoints_dir",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+    "step_dir_name",
+]
 
-_STEP_DIR_RE = re.compile(r"^step_(\d+)$")
 _EXTRA_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -55,48 +81,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointWriteError(CheckpointError):
     """A checkpoint could not be written (a full disk, most often); the previous one is intact."""
-
-
-# --------------------------------------------------------------------------------------------
-# paths
-
-
-def checkpoints_dir(out_dir: Path) -> Path:
-    """The directory that holds every `step_*` checkpoint of run `out_dir`."""
-    return Path(out_dir) / CHECKPOINTS_DIRNAME
-
-
-def step_dir_name(step: int) -> str:
-    """Directory name of the checkpoint for `step` (zero-padded so names sort like steps)."""
-    return f"step_{step:06d}"
-
-
-def _step_of(path: Path) -> int | None:
-    match = _STEP_DIR_RE.match(path.name)
-    return int(match.group(1)) if match else None
-
-
-def list_checkpoints(out_dir: Path) -> list[Path]:
-    """Complete checkpoints of run `out_dir`, oldest step first.
-
-    A directory counts only if it has the `COMPLETE` marker; half-written or foreign directories
-    are ignored.
-    """
-    root = checkpoints_dir(out_dir)
-    if not root.is_dir():
-        return []
-    found: list[tuple[int, Path]] = []
-    for child in root.iterdir():
-        step = _step_of(child)
-        if step is not None and child.is_dir() and (child / COMPLETE_MARKER).is_file():
-            found.append((step, child))
-    return [path for _, path in sorted(found)]
-
-
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The complete checkpoint with the highest step under `out_dir/checkpoints`, or None."""
-    checkpoints = list_checkpoints(out_dir)
-    return checkpoints[-1] if checkpoints else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,31 +276,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
         os.replace(old, final)  # put the previous complete checkpoint back
         raise
     shutil.rmtree(old, ignore_errors=True)
-
-
-def prune_checkpoints(out_dir: Path, keep_last: int, protect: Path | None = None) -> list[Path]:
-    """Delete complete checkpoints beyond the newest `keep_last` and stale `.tmp-*` dirs.
-
-    `protect` is never deleted (the checkpoint just written, even if a higher step exists from an
-    abandoned run). Returns the removed paths.
-    """
-    root = checkpoints_dir(out_dir)
-    removed: list[Path] = []
-    if not root.is_dir():
-        return removed
-    # Only one process saves at a time, so every temp dir still here is from a crashed save.
-    for child in root.iterdir():
-        if child.name.startswith(TMP_PREFIX) and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
-            removed.append(child)
-    if keep_last > 0:
-        complete = list_checkpoints(out_dir)
-        for path in complete[: max(0, len(complete) - keep_last)]:
-            if protect is not None and path.resolve() == Path(protect).resolve():
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,10 @@
 
 Every random choice of step `s` is seeded from (trainer.seed, s), so a run resumed from a
 checkpoint reproduces the numbers of an uninterrupted run on CPU.
+
+The `Setup` a run holds, its optimizer and learning-rate schedule are in trainer_setup.py, the
+episodes -> training batch step (`prepare_batch`) in trainer_batch.py; both are re-exported here.
+Everything that makes envs or actors (`build`, `play`, `rollout`, `evaluate`, ...) stays here.
 """
 
 from __future__ import annotations
@@ -15,60 +19,36 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from agentic_rl import batch_filters as bf
-from agentic_rl.algos.losses import overlong_filter_mask
-from agentic_rl.async_rollout import CollectFn, correct_stale, rollout_source
-from agentic_rl.backends.base import Generator, make_generator, release_for_update, sync_weights
+from agentic_rl.async_rollout import CollectFn, rollout_source
+from agentic_rl.backends.base import make_generator, release_for_update, sync_weights
 from agentic_rl.batch_filters import Episodes
 from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentic_rl.config import Config
 from agentic_rl.envs.from_config import make_envs, make_tasks
-from agentic_rl.learner import (
-    TrainBatch,
-    collate_episodes,
-    compute_advantages,
-    forward_no_grad,
-    unmask_observations,
-)
 from agentic_rl.learner import update as learner_update
 from agentic_rl.logging import RunLogger
-from agentic_rl.lora import adapter_disabled, is_lora
-from agentic_rl.models import ValueHead, autocast, frozen_copy, load_policy
+from agentic_rl.lora import is_lora
+from agentic_rl.models import ValueHead, frozen_copy, load_policy
 from agentic_rl.rollout.budgeted import run_budgeted_episodes
-from agentic_rl.rollout.chat import ChatFormat, check_prefix_preserving, make_chat_format
+from agentic_rl.rollout.chat import check_prefix_preserving, make_chat_format
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes, run_stepwise
 from agentic_rl.run_summary import advantage_metrics, print_table, run_summary, summarize
 from agentic_rl.self_play import self_play_step
 from agentic_rl.sft import save_model, train_sft
+from agentic_rl.trainer_batch import carries_gradient, prepare_batch
+from agentic_rl.trainer_setup import Setup, make_optimizer, run_dir, set_learning_rate
 from agentic_rl.types import Task, Trajectory
 
 
 class DynamicSamplingError(RuntimeError):
     """Dynamic sampling could not fill a batch within filters.max_gen_batches rollouts."""
-
-
-@dataclass
-class Setup:
-    """Everything a run holds: models, tokenizer, generator, tasks, chat format."""
-
-    cfg: Config
-    policy: nn.Module
-    tokenizer: Any
-    generator: Generator
-    fmt: ChatFormat
-    train_tasks: list[Task]
-    eval_tasks: list[Task]
-    reference: nn.Module | None = None
-    value_head: nn.Module | None = None
-    env_pool: Any = None  # ray_pool.EnvPool with ray.enabled (envs on Ray actors), else None
-    dp: Any = None  # fsdp.DataParallel with learner.strategy=fsdp2 (under torchrun), else None
 
 
 def build(cfg: Config) -> Setup:
@@ -257,60 +237,6 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
     return result
 
 
-def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
-    """Collate the kept episodes and fill reference logprobs, values and advantages."""
-    cfg = setup.cfg
-    gigpo = cfg.gigpo if cfg.algo.name == "gigpo" else None
-    samples = episodes.samples
-    if cfg.rollout.train_on_observations:  # ablation: observation tokens in the loss
-        samples = [[unmask_observations(s) for s in ep] for ep in samples]
-    batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo)
-    if cfg.algo.name == "trr_pp":
-        types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
-        batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
-    chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
-    share = cfg.model.share_prefix
-    # The same precision as the update, so the KL compares like with like.
-    precision = cfg.learner.mixed_precision if setup.dp is None else "no"
-    with autocast(precision, next(setup.policy.parameters()).device):
-        if setup.reference is not None:
-            batch.ref_logprobs, _ = forward_no_grad(
-                setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
-            )
-        elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
-            with adapter_disabled(setup.policy):
-                batch.ref_logprobs, _ = forward_no_grad(
-                    setup.policy, batch, chunk, micro, share_prefix=share
-                )
-        if setup.value_head is not None:
-            _, batch.old_values = forward_no_grad(
-                setup.policy, batch, chunk, micro, setup.value_head, setup.dp
-            )
-    compute_advantages(batch, cfg.algo, cfg.gigpo)
-    if cfg.filters.overlong_filter:
-        # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
-        # (it still counted in its group's statistics above, as in DAPO).
-        truncated = torch.tensor([s.truncated for ep in episodes.samples for s in ep])
-        batch.loss_mask = overlong_filter_mask(batch.loss_mask, truncated)
-    if cfg.rollout.max_staleness > 0:  # samples may be from older weights: decoupled PPO
-        correct_stale(setup, batch)
-    return batch
-
-
-def carries_gradient(setup: Setup, batch: TrainBatch | None) -> bool:
-    """False when an update on `batch` would only move Adam's moments: its advantages are all
-    zero (every group all-correct or all-wrong) and there is no KL, entropy or value term."""
-    if batch is None:
-        return False
-    assert batch.advantages is not None
-    return not (
-        bool((batch.advantages * batch.loss_mask == 0).all())
-        and setup.cfg.algo.kl_coef == 0
-        and setup.cfg.algo.entropy_coef == 0
-        and setup.value_head is None
-    )
-
-
 def train_step(
     setup: Setup, optimizer: torch.optim.Optimizer, step: int, collect_fn: CollectFn = collect
 ) -> dict[str, float]:
@@ -351,29 +277,6 @@ def train_step(
         }
     )
     return metrics
-
-
-def make_optimizer(setup: Setup) -> torch.optim.Optimizer:
-    cfg = setup.cfg.optim
-    params = [p for p in setup.policy.parameters() if p.requires_grad]
-    if setup.value_head is not None:
-        params += list(setup.value_head.parameters())
-    return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
-    )
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) -> None:
-    """Linear warmup over `optim.warmup_steps`, then constant. A pure function of the step, so a
-    resumed run needs no scheduler state."""
-    warmup = cfg.optim.warmup_steps
-    factor = min(1.0, step / warmup) if warmup else 1.0
-    for group in optimizer.param_groups:
-        group["lr"] = cfg.optim.lr * factor
-
-
-def run_dir(cfg: Config) -> Path:
-    return Path(cfg.trainer.out_dir) / (cfg.trainer.run_name or cfg.recipe)
 
 
 def train(cfg: Config) -> dict[str, Any]:
