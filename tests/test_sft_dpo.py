@@ -18,6 +18,7 @@ from agentic_rl.sft import (
     record_to_trajectory,
     save_trajectories,
     sft_loss,
+    train_sft,
 )
 from agentic_rl.types import Trajectory
 
@@ -49,6 +50,31 @@ def test_sft_trains_only_mask_one_tokens(tiny):
     # ... while a different mask-1 target does
     changed = grads_of(tiny, ids[:4] + [999] + ids[5:], mask)
     assert any(not torch.equal(a, b) for a, b in zip(base, changed, strict=True))
+
+
+def test_sft_micro_batches_give_the_batch_gradient(tiny, monkeypatch):
+    """Rows of different lengths and mask sizes: micro-batches of 1 weigh each row's tokens by
+    the batch's token count, so one step lands on the same weights as the full batch. (Plain SGD
+    in place of AdamW: Adam's first step is ~lr * sign(grad), blind to the gradient's size.)"""
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    g = torch.Generator().manual_seed(0)
+    trajs = []
+    for n in (6, 9, 12):
+        ids = torch.randint(10, 1000, (n,), generator=g).tolist()
+        mask = [0] * 3 + [1] * (n - 3)
+        trajs.append(Trajectory(token_ids=ids, loss_mask=mask, logprobs=[0.0] * n, prompt_length=3))
+    results = []
+    for micro in (0, 1):
+        model = copy.deepcopy(tiny)
+        out = train_sft(model, trajs, 0, lr=1.0, batch_size=3, micro_batch_size=micro)
+        results.append((model, out["last_loss"]))
+    (full, loss_full), (micro, loss_micro) = results
+    assert loss_micro == pytest.approx(loss_full, rel=1e-5)
+    moved = False
+    for a, b, p in zip(full.parameters(), micro.parameters(), tiny.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        moved |= not torch.equal(a, p)
+    assert moved
 
 
 def test_messages_are_tokenised_with_only_assistant_turns_trained(tokenizer):

@@ -100,7 +100,8 @@ class OptimConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables it."""
     micro_batch_size: int = 8
-    """Sequences per forward/backward; gradients accumulate over the batch."""
+    """Sequences per forward/backward (RL update and warm start); gradients accumulate over
+    the batch."""
 
 
 @dataclass
@@ -112,7 +113,7 @@ class WarmStartConfig:
     lr: float = 1e-4
     """Learning rate of the warm start."""
     batch_size: int = 8
-    """Episodes per warm-start optimiser step."""
+    """Episodes per warm-start optimiser step (run in micro-batches of optim.micro_batch_size)."""
 
 
 @dataclass

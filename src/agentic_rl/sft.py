@@ -40,9 +40,13 @@ def train_sft(
     chunk_size: int = 64,
     seed: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
+    micro_batch_size: int = 0,
 ) -> dict[str, float]:
     """Fine-tune `model` on the agent tokens of `trajectories` with AdamW (constant lr).
 
+    Each batch of `batch_size` trajectories is one optimiser step, run as micro-batches of
+    `micro_batch_size` rows (0: the whole batch at once) whose gradients add up to the batch's:
+    each micro-batch's summed token loss is divided by the batch's token count.
     `on_step(step, total_steps, loss)` is called after each optimiser step (progress display).
     Returns the first and last batch losses."""
     if not trajectories:
@@ -56,22 +60,26 @@ def train_sft(
     for _ in range(epochs):
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
-            batch = collate(
-                [trajectories[i] for i in order[start : start + batch_size]], pad_token_id
-            )
-            logprobs, _, _ = token_logprobs(
-                model,
-                batch.input_ids,
-                batch.attention_mask,
-                chunk_size,
-                positions=batch.loss_mask > 0,
-            )
-            loss = sft_loss(logprobs, batch.loss_mask)
+            rows = [trajectories[i] for i in order[start : start + batch_size]]
+            tokens = max(sum(sum(t.loss_mask) for t in rows), 1)
+            micro = micro_batch_size if micro_batch_size > 0 else len(rows)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            batch_loss = 0.0
+            for first in range(0, len(rows), micro):
+                batch = collate(rows[first : first + micro], pad_token_id)
+                logprobs, _, _ = token_logprobs(
+                    model,
+                    batch.input_ids,
+                    batch.attention_mask,
+                    chunk_size,
+                    positions=batch.loss_mask > 0,
+                )
+                loss = sft_loss(logprobs, batch.loss_mask) * (batch.loss_mask.sum() / tokens)
+                loss.backward()
+                batch_loss += loss.item()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            losses.append(loss.item())
+            losses.append(batch_loss)
             if on_step is not None:
                 on_step(len(losses), total, losses[-1])
     return {"first_loss": losses[0], "last_loss": losses[-1], "steps": float(len(losses))}
@@ -214,6 +222,7 @@ def run_sft(cfg: Config, data: str | None, out: Path, save_data: str | None = No
         batch_size=cfg.warm_start.batch_size,
         chunk_size=cfg.model.logprob_chunk_size,
         seed=cfg.trainer.seed,
+        micro_batch_size=cfg.optim.micro_batch_size,
     )
     out.mkdir(parents=True, exist_ok=True)
     summary = {

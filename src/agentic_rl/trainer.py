@@ -232,6 +232,7 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
         chunk_size=cfg.model.logprob_chunk_size,
         seed=cfg.trainer.seed,
         on_step=on_step,
+        micro_batch_size=cfg.optim.micro_batch_size,
     )
     logger.log(0, {**result, "episodes": float(num_episodes)}, prefix="warm_start")
     return result
