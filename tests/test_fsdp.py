@@ -274,6 +274,7 @@ def test_one_process_fsdp2_run_reproduces_the_single_process_run(tmp_path):
         "trainer.progress=false",
         "trainer.eval_before=false",
         "trainer.run_name=run",
+        "model.share_prefix=false",  # fsdp2 never shares the prompt: compare like with like
     ]
     single = load_config(None, [*common, f"trainer.out_dir={tmp_path / 'single'}"], smoke=True)
     train(single)
