@@ -3,8 +3,8 @@
 Bundled SmolLM2-135M-Instruct, float32 weights. Measures, in one process:
 
 - one decoding step (16 rows, ~90-token context, KV cache): float32; a bfloat16 copy of the
-  parameters (what `rollout.mixed_precision=bf16` runs); float32 under torch.autocast(bf16)
-  (re-casts every weight at every step);
+  parameters (what `rollout.mixed_precision=bf16` runs); float32 under torch.autocast(bf16),
+  entered once around all steps or once per step;
 - forward + backward of token logprobs over 8 x 150 tokens: float32 vs autocast(bf16) (what
   `learner.mixed_precision=bf16` runs);
 - the logprob error against float32 on tokens the float32 model sampled itself (temperature 1,
@@ -38,19 +38,28 @@ def bf16_copy(model: torch.nn.Module) -> torch.nn.Module:
     return low
 
 
-def decode_ms(model: torch.nn.Module, ctx: Callable[[], Any], steps: int = 20) -> float:
+def decode_ms(
+    model: torch.nn.Module, ctx: Callable[[], Any], steps: int = 20, per_step: bool = False
+) -> float:
+    """Milliseconds per decoding step; `ctx` entered once around all steps, or around each step
+    (`per_step`, as a generator that wraps each forward does: autocast's weight-cast cache lives
+    only as long as its context, so then every weight is re-cast at every step)."""
     from transformers import DynamicCache
 
     prompt = torch.randint(100, 20_000, (16, 90), generator=torch.Generator().manual_seed(0))
     token = torch.full((16, 1), 100)
-    with torch.no_grad(), ctx():
+    outer, inner = (contextlib.nullcontext, ctx) if per_step else (ctx, contextlib.nullcontext)
+    with torch.no_grad(), outer():
         cache = DynamicCache()
-        model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with inner():
+            model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
         for _ in range(3):
-            model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            with inner():
+                model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
         t0 = time.perf_counter()
         for _ in range(steps):
-            model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            with inner():
+                model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
     return (time.perf_counter() - t0) / steps * 1000
 
 
@@ -99,7 +108,8 @@ def main() -> None:
         "decode_step_ms": {
             "float32": decode_ms(model, none),
             "bf16_copy": decode_ms(low, none),
-            "float32_autocast": decode_ms(model, autocast),
+            "float32_autocast_once": decode_ms(model, autocast),
+            "float32_autocast_per_step": decode_ms(model, autocast, per_step=True),
         },
         "train_pass_s": {
             "float32": train_pass_s(model, none),
