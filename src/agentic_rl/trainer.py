@@ -38,7 +38,8 @@ from agentic_rl.lora import is_lora
 from agentic_rl.models import ValueHead, frozen_copy, load_policy
 from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.chat import check_prefix_preserving, make_chat_format
-from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes, run_stepwise
+from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes
+from agentic_rl.rollout.stepwise import run_stepwise
 from agentic_rl.run_summary import advantage_metrics, print_table, run_summary, summarize
 from agentic_rl.self_play import self_play_step
 from agentic_rl.sft import save_model, train_sft

@@ -39,6 +39,8 @@ from agentic_rl.rollout.loop import (
     Episode,
     _episode_metrics,
     _record_step,
+    episode_outcome,
+    oldest_version,
     start_episodes,
     step_envs,
 )
@@ -202,17 +204,13 @@ def _trajectories(
             loss_mask=seg.loss_mask,
             logprobs=seg.logprobs,
             prompt_length=seg.start,
-            policy_version=min((v for v in seg.versions if v >= 0), default=0),
+            policy_version=oldest_version(seg.versions),
             token_versions=seg.versions,
             turn_spans=seg.turn_spans,
             step_rewards=seg.step_rewards,
-            reward=float(sum(ep.step_rewards)),
-            group_id=ep.group_id,
-            task_id=ep.task.task_id,
-            terminated=ep.terminated,
-            truncated=ep.truncated and not ep.terminated,
             metrics={**metrics, "segment": float(k)},
             completion_text=text,
+            **episode_outcome(ep),
         )
         for k, seg in enumerate(segments)
     ]
