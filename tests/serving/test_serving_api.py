@@ -9,12 +9,12 @@ import pytest
 from agentic_rl.rollout.chat import encode_text
 from agentic_rl.serving.openai_api import (
     ApiError,
-    build_reply,
     canonical,
     hermes_format,
     parse_chat_request,
     prompt_messages,
 )
+from agentic_rl.serving.openai_reply import build_reply
 from agentic_rl.types import Completion
 
 TOOL = {

@@ -9,10 +9,10 @@ import pytest
 from agentic_rl.rollout.chat import TokenizerCheckError, encode_text
 from agentic_rl.serving.openai_api import (
     ApiError,
-    build_reply,
     hermes_format,
     parse_chat_request,
 )
+from agentic_rl.serving.openai_reply import build_reply
 from agentic_rl.serving.recorder import EpisodeRecorder
 from agentic_rl.types import Completion
 

@@ -21,84 +21,24 @@ first call). Malformed input gets a 4xx with an OpenAI-style error body.
 
 # No `from __future__ import annotations`: FastAPI resolves the handlers' `Request` annotation
 # at runtime, and that class is imported inside create_app to keep imports lazy.
-import asyncio
 import json
 import math
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentic_rl.batch_filters import Episodes
+from agentic_rl.serving.batching import GenerationQueue, ServeLimits
 from agentic_rl.serving.export import JsonlWriter, trajectory_record
-from agentic_rl.serving.openai_api import (
-    ApiError,
-    build_reply,
-    completion_body,
-    hermes_format,
-    parse_chat_request,
-)
+from agentic_rl.serving.openai_api import ApiError, hermes_format, parse_chat_request
+from agentic_rl.serving.openai_reply import build_reply, completion_body
 from agentic_rl.serving.recorder import EpisodeRecorder, OnMismatch
 from agentic_rl.types import Completion, SamplingParams
 
 REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "truncated"}
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """Per-request limits; a request outside them gets a 4xx, never a crash."""
-
-    default_max_tokens: int = 256
-    """New tokens of a call that names no max_tokens."""
-    max_context: int = 2048
-    """Prompt plus new tokens of one call (the model's context window)."""
-    max_body_bytes: int = 8 << 20
-    """Largest request body accepted."""
-    max_batch: int = 32
-    """Concurrent calls generated together in one batch."""
-
-
-class GenerationQueue:
-    """Calls that arrive while a batch is generating are generated together in the next one,
-    so N agents running at once cost about one batched decode, not N sequential ones."""
-
-    def __init__(self, run: Callable[[list, list], Any], max_batch: int) -> None:
-        self.run = run
-        self.max_batch = max_batch
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
-        self._worker: asyncio.Task | None = None
-
-    async def submit(self, prompt: list[int], params: SamplingParams) -> Any:
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt, params, future))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.ensure_future(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        from starlette.concurrency import run_in_threadpool
-
-        while self._pending:
-            batch = self._pending[: self.max_batch]
-            self._pending = self._pending[self.max_batch :]
-            live = [item for item in batch if not item[2].done()]  # clients gone: skip
-            if not live:
-                continue
-            try:
-                results = await run_in_threadpool(
-                    self.run, [p for p, _, _ in live], [q for _, q, _ in live]
-                )
-            except Exception as exc:  # every waiter gets the failure; the server stays up
-                for _, _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, _, future), result in zip(live, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
 
 
 class PolicyService:

@@ -33,12 +33,12 @@ from agentic_rl.rollout.chat import (
 from agentic_rl.serving.openai_api import (
     ApiError,
     ChatRequest,
-    Reply,
     canonical,
     hermes_format,
     prompt_messages,
     template_message,
 )
+from agentic_rl.serving.openai_reply import Reply
 from agentic_rl.types import Completion, Task, Trajectory
 
 OnMismatch = Literal["reject", "split"]

@@ -1,0 +1,64 @@
+"""Request limits of the policy server and the queue that batches concurrent calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentic_rl.types import SamplingParams
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Per-request limits; a request outside them gets a 4xx, never a crash."""
+
+    default_max_tokens: int = 256
+    """New tokens of a call that names no max_tokens."""
+    max_context: int = 2048
+    """Prompt plus new tokens of one call (the model's context window)."""
+    max_body_bytes: int = 8 << 20
+    """Largest request body accepted."""
+    max_batch: int = 32
+    """Concurrent calls generated together in one batch."""
+
+
+class GenerationQueue:
+    """Calls that arrive while a batch is generating are generated together in the next one,
+    so N agents running at once cost about one batched decode, not N sequential ones."""
+
+    def __init__(self, run: Callable[[list, list], Any], max_batch: int) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+
+    async def submit(self, prompt: list[int], params: SamplingParams) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, params, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        from starlette.concurrency import run_in_threadpool
+
+        while self._pending:
+            batch = self._pending[: self.max_batch]
+            self._pending = self._pending[self.max_batch :]
+            live = [item for item in batch if not item[2].done()]  # clients gone: skip
+            if not live:
+                continue
+            try:
+                results = await run_in_threadpool(
+                    self.run, [p for p, _, _ in live], [q for _, q, _ in live]
+                )
+            except Exception as exc:  # every waiter gets the failure; the server stays up
+                for _, _, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), result in zip(live, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
