@@ -67,7 +67,7 @@ def backbone_hidden(
 
     batch, length = input_ids.shape
     cache = DynamicCache()
-    cache_kw = _cache_keyword(backbone)
+    cache_kw = cache_keyword(backbone)
     head = backbone(
         input_ids=input_ids[:1, :prefix],
         attention_mask=attention_mask[:1, :prefix],
@@ -94,7 +94,8 @@ def _checkpointing(model: nn.Module) -> bool:
     return False
 
 
-def _cache_keyword(backbone: nn.Module) -> str:
-    """`cache` in newer transformers, `past_key_values` before (and still accepted)."""
-    params: Any = inspect.signature(backbone.forward).parameters
+def cache_keyword(module: nn.Module) -> str:
+    """The KV-cache argument of `module.forward`: `cache` in newer transformers,
+    `past_key_values` before (and still accepted)."""
+    params: Any = inspect.signature(module.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

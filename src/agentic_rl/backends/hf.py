@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl.prefix_sharing import cache_keyword
 from agentic_rl.types import Completion, SamplingParams
 
 
@@ -82,7 +83,7 @@ class HFGenerator:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # transformers renamed `past_key_values` to `cache`; support both.
         params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(model)
         self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
         self.calls = 0  # generate() calls, for tests that count work
         self.prompt_tokens = 0  # prompt tokens run through the model (after reuse)
