@@ -12,6 +12,9 @@ success on those problems before training, after the SFT cold start and after RL
 
     .venv/bin/python bench/retool_tool_vs_text.py                 # full recipe, ~30 min idle
     .venv/bin/python bench/retool_tool_vs_text.py --smoke         # tiny model, a check it runs
+    # the two arms side by side, one torch thread each (results merge into one JSON file):
+    .venv/bin/python bench/retool_tool_vs_text.py --arm tool --threads 1 &
+    .venv/bin/python bench/retool_tool_vs_text.py --arm text --threads 1
 
 Writes bench/results/retool_tool_vs_text.json (unless --smoke) and prints a markdown table.
 """
@@ -24,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from agentic_rl.config import load_config
 from agentic_rl.trainer import train
@@ -69,6 +74,7 @@ def run_arm(args: argparse.Namespace, arm: str, out_dir: str) -> dict[str, Any]:
         "eval_tasks": cfg.env.num_eval_tasks,
         **{stage: summary[stage] for stage in STAGES if stage in summary},
         "seconds": round(time.time() - start, 1),
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -94,20 +100,37 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=None, help="held-out problems")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", default=None, help="run directories (default: a temp dir)")
+    parser.add_argument("--arm", choices=sorted(ARMS), help="run one arm (default: both)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument(
         "--override", nargs="*", default=[], help="more overrides for both arms (key=value)"
     )
     args = parser.parse_args()
     args.model = args.model or ("tiny" if args.smoke else "smollm2-135m")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    arms = [args.arm] if args.arm else list(ARMS)
     with tempfile.TemporaryDirectory(prefix="retool_bench_") as tmp:
         out_dir = args.out_dir or tmp
-        results = {arm: run_arm(args, arm, out_dir) for arm in ARMS}
+        results = {arm: run_arm(args, arm, out_dir) for arm in arms}
     print(table(results))
     if not args.smoke:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        record = {"model": args.model, "seed": args.seed, "arms": results}
-        RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {RESULTS}")
+        save(args, results)
+
+
+def save(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    """Write the arms just run into the results file, keeping the other arm of the same
+    settings (model, seed, overrides) when only one arm ran."""
+    settings = {"model": args.model, "seed": args.seed, "override": list(args.override)}
+    arms: dict[str, Any] = {}
+    if args.arm and RESULTS.exists():
+        old = json.loads(RESULTS.read_text())
+        if {key: old.get(key) for key in settings} == settings:
+            arms = old.get("arms", {})
+    arms.update(results)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({**settings, "arms": arms}, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

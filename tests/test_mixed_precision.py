@@ -88,3 +88,27 @@ def test_bf16_generator_samples_under_autocast_with_close_logprobs(tiny, tokeniz
     # Greedy paths agree at the first token; logprobs agree up to bf16 rounding (tiny model).
     assert out["no"].token_ids[0] == out["bf16"].token_ids[0]
     assert abs(lp32[0] - lp16[0]) < 0.05
+
+
+def test_bf16_sft_computes_in_bf16_and_follows_the_learner_setting(tiny, monkeypatch) -> None:
+    """The warm start / `agentic-rl sft` stage honours learner.mixed_precision: bf16 matmuls,
+    float32 weights, the same step as float32 up to activation rounding (SGD: see test_sft_dpo)."""
+    from agentic_rl.sft import sft_precision, train_sft
+
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    models, dtypes = [], []
+    for precision in ("no", "bf16"):
+        model = copy.deepcopy(tiny)
+        seen = _linear_output_dtypes(model)
+        train_sft(model, _batch(), 0, lr=0.5, batch_size=4, mixed_precision=precision)
+        models.append(model)
+        dtypes.append(set(seen))
+    assert dtypes == [{torch.float32}, {torch.bfloat16}]
+    for p32, p16, p0 in zip(
+        models[0].parameters(), models[1].parameters(), tiny.parameters(), strict=True
+    ):
+        assert p16.dtype == torch.float32
+        step32, step16 = (p32 - p0).detach(), (p16 - p0).detach()
+        assert torch.allclose(step16, step32, atol=2e-2 * float(step32.abs().max()) + 1e-7)
+    assert sft_precision(load_config(None, ["learner.mixed_precision=bf16"])) == "bf16"
+    assert sft_precision(load_config(None, [])) == "no"

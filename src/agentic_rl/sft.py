@@ -18,7 +18,7 @@ from torch import nn
 
 from agentic_rl.config import Config, ConfigError
 from agentic_rl.learner import collate
-from agentic_rl.models import token_logprobs
+from agentic_rl.models import autocast, token_logprobs
 from agentic_rl.types import Trajectory
 
 
@@ -28,6 +28,12 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     logprobs, mask: [N, T] -> scalar. Token-level mean, so long and short episodes weigh by their
     number of agent tokens."""
     return -(logprobs * mask).sum() / mask.sum().clamp(min=1)
+
+
+def sft_precision(cfg: Config) -> str:
+    """learner.mixed_precision for a supervised stage in this process ("no" under fsdp2, whose
+    sharded update applies its own mixed-precision policy)."""
+    return cfg.learner.mixed_precision if cfg.learner.strategy == "single" else "no"
 
 
 def train_sft(
@@ -41,12 +47,15 @@ def train_sft(
     seed: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
     micro_batch_size: int = 0,
+    mixed_precision: str = "no",
 ) -> dict[str, float]:
     """Fine-tune `model` on the agent tokens of `trajectories` with AdamW (constant lr).
 
     Each batch of `batch_size` trajectories is one optimiser step, run as micro-batches of
     `micro_batch_size` rows (0: the whole batch at once) whose gradients add up to the batch's:
     each micro-batch's summed token loss is divided by the batch's token count.
+    `mixed_precision="bf16"` runs forward and backward under bfloat16 autocast (float32 weights
+    and optimizer state), as the single-process RL update does with learner.mixed_precision.
     `on_step(step, total_steps, loss)` is called after each optimiser step (progress display).
     Returns the first and last batch losses."""
     if not trajectories:
@@ -57,6 +66,7 @@ def train_sft(
     total = epochs * ((len(order) + batch_size - 1) // batch_size)
     losses: list[float] = []
     model.train()
+    device = next(model.parameters()).device
     for _ in range(epochs):
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
@@ -67,14 +77,17 @@ def train_sft(
             batch_loss = 0.0
             for first in range(0, len(rows), micro):
                 batch = collate(rows[first : first + micro], pad_token_id)
-                logprobs, _, _ = token_logprobs(
-                    model,
-                    batch.input_ids,
-                    batch.attention_mask,
-                    chunk_size,
-                    positions=batch.loss_mask > 0,
+                with autocast(mixed_precision, device):
+                    logprobs, _, _ = token_logprobs(
+                        model,
+                        batch.input_ids,
+                        batch.attention_mask,
+                        chunk_size,
+                        positions=batch.loss_mask > 0,
+                    )
+                loss = sft_loss(logprobs.float(), batch.loss_mask) * (
+                    batch.loss_mask.sum() / tokens
                 )
-                loss = sft_loss(logprobs, batch.loss_mask) * (batch.loss_mask.sum() / tokens)
                 loss.backward()
                 batch_loss += loss.item()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -223,6 +236,7 @@ def run_sft(cfg: Config, data: str | None, out: Path, save_data: str | None = No
         chunk_size=cfg.model.logprob_chunk_size,
         seed=cfg.trainer.seed,
         micro_batch_size=cfg.optim.micro_batch_size,
+        mixed_precision=sft_precision(cfg),
     )
     out.mkdir(parents=True, exist_ok=True)
     summary = {

@@ -42,7 +42,7 @@ from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episo
 from agentic_rl.rollout.stepwise import run_stepwise
 from agentic_rl.run_summary import advantage_metrics, print_table, run_summary, summarize
 from agentic_rl.self_play import self_play_step
-from agentic_rl.sft import save_model, train_sft
+from agentic_rl.sft import save_model, sft_precision, train_sft
 from agentic_rl.trainer_batch import carries_gradient, prepare_batch
 from agentic_rl.trainer_setup import Setup, make_optimizer, run_dir, set_learning_rate
 from agentic_rl.types import Task, Trajectory
@@ -234,6 +234,7 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
         seed=cfg.trainer.seed,
         on_step=on_step,
         micro_batch_size=cfg.optim.micro_batch_size,
+        mixed_precision=sft_precision(cfg),
     )
     logger.log(0, {**result, "episodes": float(num_episodes)}, prefix="warm_start")
     return result
