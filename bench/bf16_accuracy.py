@@ -2,13 +2,17 @@
 
 Bundled SmolLM2-135M-Instruct, float32 weights. Measures, in one process:
 
-- one decoding step (16 rows, ~90-token context, KV cache): float32; a bfloat16 copy of the
-  parameters (what `rollout.mixed_precision=bf16` runs); float32 under torch.autocast(bf16),
-  entered once around all steps or once per step;
+- one decoding step (16 rows, ~90-token context with an attention mask, KV cache): float32; a
+  bfloat16 copy of the parameters (what `rollout.mixed_precision=bf16` runs); float32 under
+  torch.autocast(bf16), entered once around all steps or once per step;
 - forward + backward of token logprobs over 8 x 150 tokens: float32 vs autocast(bf16) (what
   `learner.mixed_precision=bf16` runs);
 - the logprob error against float32 on tokens the float32 model sampled itself (temperature 1,
   8 x 64 tokens): the bf16 copy and autocast.
+
+The bf16 variants run twice: with PyTorch's fused SDPA kernel ("sdpa") and with this project's
+matmul attention for short bfloat16 attention on CPU ("matmul", `model.fast_cpu_attention`,
+src/agentic_rl/attention.py).
 
     .venv/bin/python bench/bf16_accuracy.py          # ~2 min on the 2-core CPU
 
@@ -47,20 +51,54 @@ def decode_ms(
     from transformers import DynamicCache
 
     prompt = torch.randint(100, 20_000, (16, 90), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(prompt)
+    mask[::2, :6] = 0  # rows of different lengths, left-padded as the generator batches them
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     token = torch.full((16, 1), 100)
     outer, inner = (contextlib.nullcontext, ctx) if per_step else (ctx, contextlib.nullcontext)
+
+    def step(ids: torch.Tensor, pos: torch.Tensor) -> None:
+        nonlocal mask
+        if ids is token:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        with inner():
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+
     with torch.no_grad(), outer():
         cache = DynamicCache()
-        with inner():
-            model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        step(prompt, positions)
+        pos = positions[:, -1:]
         for _ in range(3):
-            with inner():
-                model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            pos = pos + 1
+            step(token, pos)
         t0 = time.perf_counter()
         for _ in range(steps):
-            with inner():
-                model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            pos = pos + 1
+            step(token, pos)
     return (time.perf_counter() - t0) / steps * 1000
+
+
+@contextlib.contextmanager
+def attention(model: torch.nn.Module, name: str) -> Any:
+    """Run `model` on the attention implementation `name` ("sdpa" or "matmul") meanwhile."""
+    from agentic_rl.attention import NAME, use_fast_cpu_attention
+
+    before = model.config._attn_implementation
+    model.config._attn_implementation = "sdpa"
+    if name == "matmul":
+        use_fast_cpu_attention(model)
+        assert model.config._attn_implementation == NAME
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
 
 
 def train_pass_s(model: torch.nn.Module, ctx: Callable[[], Any]) -> float:
@@ -104,18 +142,17 @@ def main() -> None:
     low = bf16_copy(model)
     autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     none = contextlib.nullcontext
-    speed = {
-        "decode_step_ms": {
-            "float32": decode_ms(model, none),
-            "bf16_copy": decode_ms(low, none),
-            "float32_autocast_once": decode_ms(model, autocast),
-            "float32_autocast_per_step": decode_ms(model, autocast, per_step=True),
-        },
-        "train_pass_s": {
-            "float32": train_pass_s(model, none),
-            "autocast": train_pass_s(model, autocast),
-        },
-    }
+    speed: dict[str, dict[str, float]] = {"decode_step_ms": {}, "train_pass_s": {}}
+    with attention(model, "sdpa"):
+        speed["decode_step_ms"]["float32"] = decode_ms(model, none)
+        speed["train_pass_s"]["float32"] = train_pass_s(model, none)
+    for attn in ("sdpa", "matmul"):
+        with attention(model, attn), attention(low, attn):
+            decode = speed["decode_step_ms"]
+            decode[f"bf16_copy_{attn}"] = decode_ms(low, none)
+            decode[f"float32_autocast_once_{attn}"] = decode_ms(model, autocast)
+            decode[f"float32_autocast_per_step_{attn}"] = decode_ms(model, autocast, per_step=True)
+            speed["train_pass_s"][f"autocast_{attn}"] = train_pass_s(model, autocast)
     prompt = encode_prompt(
         tokenizer, [{"role": "user", "content": "Where was Ada Lovelace born? Explain briefly."}]
     )
@@ -129,14 +166,18 @@ def main() -> None:
             temperature=1.0,
             top_k=0,
         )
-    reference = sampled_logprobs(model, ids, len(prompt))
-    with autocast():
-        under_autocast = sampled_logprobs(model, ids, len(prompt))
-    errors = {
-        "bf16_copy": error_stats(sampled_logprobs(low, ids, len(prompt)), reference),
-        "autocast": error_stats(under_autocast, reference),
-        "mean_sampled_logprob_float32": float(reference.mean()),
-    }
+    with attention(model, "sdpa"):
+        reference = sampled_logprobs(model, ids, len(prompt))
+    errors: dict[str, Any] = {"mean_sampled_logprob_float32": float(reference.mean())}
+    for attn in ("sdpa", "matmul"):
+        with attention(model, attn), attention(low, attn):
+            errors[f"bf16_copy_{attn}"] = error_stats(
+                sampled_logprobs(low, ids, len(prompt)), reference
+            )
+            with autocast():
+                errors[f"autocast_{attn}"] = error_stats(
+                    sampled_logprobs(model, ids, len(prompt)), reference
+                )
     record = {
         "speed": speed,
         "logprob_abs_error_vs_float32": errors,

@@ -24,6 +24,11 @@ class ModelConfig:
     prompt) once and reuse their KV for every row: same numbers, the prompt's cost paid once
     instead of G times. Micro-batches are then formed group by group. Off under
     gradient_checkpointing and for PPO's value head, which need every position's state."""
+    fast_cpu_attention: bool = True
+    """bfloat16 attention on CPU over at most 256 x 256 positions runs as two matmuls instead
+    of PyTorch's fused SDPA kernel, which is slow in bfloat16 on CPU (attention.py); same
+    results up to bfloat16 rounding. Affects only bf16 compute on CPU (mixed_precision=bf16
+    or model.dtype=bfloat16); float32, GPUs and longer attention use SDPA as before."""
     cache_dir: str = ""
     """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
     gradient_checkpointing: bool = False

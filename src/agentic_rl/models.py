@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from agentic_rl.attention import use_fast_cpu_attention
 from agentic_rl.config import ModelConfig
 from agentic_rl.prefix_sharing import backbone_hidden
 
@@ -150,6 +151,8 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
         except OSError as err:
             raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
     model.config.use_cache = False  # training forward passes never need the KV cache
+    if cfg.fast_cpu_attention:
+        use_fast_cpu_attention(model)
     if cfg.gradient_checkpointing:
         # Non-reentrant: works with inputs that need no grad and with the chunked logprob head.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -191,15 +194,21 @@ class ValueHead(nn.Module):
 
 
 def _chunk_logprobs(
-    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, with_entropy: bool
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # hidden [B, C, H], targets [B, C] -> logprobs [B, C], entropy [B, C]
     logits = (hidden @ weight.t()).float()
     log_z = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
     if with_entropy:
-        probs = torch.softmax(logits, dim=-1)
-        entropy = log_z - (probs * logits).sum(-1)
+        # A logged metric only (entropy_grad False): no graph, the backward pass skips it.
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)
+            entropy = log_z - (probs * logits).sum(-1)
     else:
         entropy = torch.zeros_like(logprobs)
     return logprobs, entropy
@@ -214,6 +223,7 @@ def token_logprobs(
     return_hidden: bool = False,
     positions: torch.Tensor | None = None,
     share_prefix: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
 
@@ -225,6 +235,8 @@ def token_logprobs(
     peak memory stays at one chunk of logits in the forward and the backward pass alike.
     share_prefix: run the leading tokens all rows share only once (prefix_sharing.py); ignored
     with `return_hidden` (the value head needs every position's state).
+    entropy_grad=False: the entropy is computed without a graph (a metric, not a loss term),
+    which spares the backward pass its softmax over the vocabulary.
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
         model = model.get_base_model()
@@ -245,7 +257,8 @@ def token_logprobs(
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)
     for start in range(0, len(rows), step):
-        args = (states[start : start + step], targets[start : start + step], weight, with_entropy)
+        chunk = (states[start : start + step], targets[start : start + step])
+        args = (*chunk, weight, with_entropy, entropy_grad)
         if torch.is_grad_enabled() and hidden.requires_grad:
             lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
         else:

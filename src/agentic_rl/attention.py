@@ -1,0 +1,120 @@
+"""Attention for Hugging Face decoder models: PyTorch's SDPA, except bfloat16 on CPU.
+
+On CPU, PyTorch's fused SDPA kernel (`_scaled_dot_product_flash_attention_for_cpu`) is slow in
+bfloat16: it was 48% of a decoding step of the bundled model at batch 16 without a mask, and
+~19% of a forward + backward pass over 8 x 150 tokens, where two matmuls and a float32 softmax
+cost a fraction of that (`bench/bf16_accuracy.py` measures the decoding step and the training
+pass both ways). So bfloat16 attention on CPU up to 256 x 256 query x key positions per head
+(every decoding step, the short sequences of agent turns) runs as two matmuls here. Longer
+attention, float32 and GPUs keep the fused kernel (as fast or faster there, and its memory is
+linear in the sequence length): those go to Transformers' own SDPA path unchanged.
+
+`use_fast_cpu_attention(model)` selects it on a loaded model (`model.attention`, default on);
+the attention mask is built exactly as for "sdpa" (a boolean mask, or None when plain causal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+NAME = "agentic_rl_sdpa"
+MAX_MATH_SCORES = 2**23
+"""Largest batch x heads x query x key score tensor the matmul path builds (32 MB of float32
+scores per layer; ~3 times that is kept for the backward pass)."""
+MAX_MATH_QUERY_KEYS = 2**16
+"""Longest query x key product per head the matmul path takes (256 x 256; a decoding step's
+single query takes up to 65,536 keys). Measured on forward + backward in bfloat16: the matmul
+path was ~30% faster at 16 x 64 and 8 x 150 tokens and ~20% slower at 4 x 512, where the
+quadratic work dominates and the fused kernel's blocking wins; its memory also stays linear."""
+
+
+def grouped_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """softmax(q k^T * scaling + mask) v with grouped-query heads, without repeating K and V.
+
+    query [B, H, Tq, D]; key, value [B, Hkv, Tk, D] with H = Hkv * G (query head h reads key
+    head h // G, as `repeat_kv` lays them out); mask: boolean [B or 1, 1, Tq, Tk] (True =
+    attend) or None, which means causal with the queries at the last Tq key positions. Softmax
+    in float32; a query that may attend to nothing (a left-padding position) gets a uniform
+    average instead of NaN (its output is never used). Returns [B, Tq, H, D].
+    """
+    batch, heads, q_len, dim = query.shape
+    kv_heads, k_len = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    q = query.reshape(batch, kv_heads, group * q_len, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # [B, Hkv, G*Tq, Tk]
+    scores = scores.view(batch, kv_heads, group, q_len, k_len)
+    if mask is None and q_len > 1:
+        rows = torch.arange(q_len, device=query.device).unsqueeze(-1) + (k_len - q_len)
+        mask = rows >= torch.arange(k_len, device=query.device)
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise TypeError(f"expected a boolean attention mask, got {mask.dtype}")
+        # [.., 1, Tq, Tk] -> [.., 1, 1, Tq, Tk]: the same mask for every head of a group
+        scores = scores.masked_fill(~mask.unsqueeze(-3), torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    if dropout > 0.0:
+        probs = nn.functional.dropout(probs, p=dropout)
+    out = torch.matmul(probs.view(batch, kv_heads, group * q_len, k_len), value)
+    return out.view(batch, heads, q_len, dim).transpose(1, 2)
+
+
+def attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """A Transformers attention function (the `AttentionInterface` signature)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, heads, q_len, dim = query.shape
+    keys = key.shape[2]
+    small = q_len * keys <= MAX_MATH_QUERY_KEYS and batch * heads * q_len * keys <= MAX_MATH_SCORES
+    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+    if query.device.type == "cpu" and _bfloat16(query) and small and plain:
+        scale = scaling if scaling is not None else dim**-0.5
+        drop = dropout if module.training else 0.0
+        return grouped_attention(query, key, value, attention_mask, scale, drop), None
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
+
+
+def _bfloat16(query: torch.Tensor) -> bool:
+    """Will SDPA compute in bfloat16? Under autocast the query arrives in float32 (the float32
+    rotary tables promote it) and SDPA casts it down itself."""
+    if query.dtype == torch.bfloat16:
+        return True
+    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def use_fast_cpu_attention(model: nn.Module) -> None:
+    """Switch a Transformers model that runs on "sdpa" to this attention (in place); a model on
+    another implementation (eager, flash-attention) is left as it is."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) not in ("sdpa", NAME):
+        return
+    _register()
+    config._attn_implementation = NAME
