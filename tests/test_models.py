@@ -65,6 +65,28 @@ def test_chunked_gradients_match_full_logits(tiny):
         torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
 
 
+def test_entropy_as_a_metric_has_no_graph_and_changes_no_gradient(tiny):
+    """entropy_grad=False (the learner's choice when entropy_coef is 0): the same entropy
+    values and the same logprob gradients, but the entropy carries no graph."""
+    torch.manual_seed(3)
+    ids = torch.randint(0, 1000, (2, 9))
+    attn = torch.ones_like(ids)
+    results = []
+    for entropy_grad in (True, False):
+        tiny.zero_grad()
+        lp, ent, _ = token_logprobs(
+            tiny, ids, attn, chunk_size=4, with_entropy=True, entropy_grad=entropy_grad
+        )
+        assert ent.requires_grad == entropy_grad
+        lp.sum().backward()
+        results.append((ent.detach(), [p.grad.clone() for p in tiny.parameters()]))
+    (ent_a, grads_a), (ent_b, grads_b) = results
+    torch.testing.assert_close(ent_b, ent_a)
+    assert (ent_b[:, 1:] > 0).all()
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_frozen_copy_has_no_gradients(tiny):
     ref = frozen_copy(tiny)
     assert not any(p.requires_grad for p in ref.parameters())

@@ -263,6 +263,7 @@ def _micro_batch_loss(
         return_hidden=value_head is not None,
         positions=mask > 0,
         share_prefix=share_prefix,
+        entropy_grad=algo.entropy_coef > 0,
     )
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
     # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.
