@@ -151,3 +151,20 @@ def test_training_on_observations_changes_the_update(tiny, tokenizer):
 def test_train_on_observations_refuses_stale_ratios():
     with pytest.raises(ConfigError, match="train_on_observations"):
         load_config(None, ["rollout.train_on_observations=true", "algo.epochs=2"])
+
+
+def test_adamw_is_fused_and_steps_like_the_default(tiny):
+    """One fused AdamW step lands where the default (foreach) implementation does."""
+    from agentic_rl.learner import adamw
+
+    models = [copy.deepcopy(tiny) for _ in range(2)]
+    for model in models:
+        for i, p in enumerate(model.parameters()):
+            p.grad = torch.full_like(p, 0.01 * (i % 3 - 1))
+    fused = adamw(list(models[0].parameters()), lr=0.1, weight_decay=0.01)
+    plain = torch.optim.AdamW(list(models[1].parameters()), lr=0.1, weight_decay=0.01)
+    assert fused.defaults["fused"] is True
+    fused.step()
+    plain.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b)

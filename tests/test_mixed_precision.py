@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from agentic_rl import sft
 from agentic_rl.backends.base import make_generator
 from agentic_rl.config import ConfigError, load_config
 from agentic_rl.learner import collate, compute_advantages, update
@@ -95,7 +96,7 @@ def test_bf16_sft_computes_in_bf16_and_follows_the_learner_setting(tiny, monkeyp
     float32 weights, the same step as float32 up to activation rounding (SGD: see test_sft_dpo)."""
     from agentic_rl.sft import sft_precision, train_sft
 
-    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    monkeypatch.setattr(sft, "adamw", lambda params, lr: torch.optim.SGD(params, lr=lr))
     models, dtypes = [], []
     for precision in ("no", "bf16"):
         model = copy.deepcopy(tiny)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from agentic_rl import sft
 from agentic_rl.cli import main
 from agentic_rl.config import ModelConfig
 from agentic_rl.dpo import load_pairs, pair_logps, train_dpo
@@ -56,7 +57,7 @@ def test_sft_micro_batches_give_the_batch_gradient(tiny, monkeypatch):
     """Rows of different lengths and mask sizes: micro-batches of 1 weigh each row's tokens by
     the batch's token count, so one step lands on the same weights as the full batch. (Plain SGD
     in place of AdamW: Adam's first step is ~lr * sign(grad), blind to the gradient's size.)"""
-    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    monkeypatch.setattr(sft, "adamw", lambda params, lr: torch.optim.SGD(params, lr=lr))
     g = torch.Generator().manual_seed(0)
     trajs = []
     for n in (6, 9, 12):

@@ -24,7 +24,7 @@ from torch import nn
 
 from agentic_rl.algos.preference import dpo_loss, dpo_margins, sequence_logps
 from agentic_rl.config import Config
-from agentic_rl.learner import collate
+from agentic_rl.learner import adamw, collate
 from agentic_rl.models import token_logprobs
 from agentic_rl.sft import TrajectoryFormatError, record_to_trajectory, save_model
 from agentic_rl.types import Trajectory
@@ -105,7 +105,7 @@ def train_dpo(
     ref_chosen, ref_rejected = reference_logps(
         reference, pairs, pad_token_id, chunk_size, batch_size
     )
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = random.Random(seed)
     order = list(range(len(pairs)))
     total = epochs * ((len(order) + batch_size - 1) // batch_size)

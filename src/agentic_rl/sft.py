@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from agentic_rl.config import Config, ConfigError
-from agentic_rl.learner import collate
+from agentic_rl.learner import adamw, collate
 from agentic_rl.models import autocast, token_logprobs
 from agentic_rl.types import Trajectory
 
@@ -60,7 +60,7 @@ def train_sft(
     Returns the first and last batch losses."""
     if not trajectories:
         raise ValueError("no trajectories to train on")
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = random.Random(seed)
     order = list(range(len(trajectories)))
     total = epochs * ((len(order) + batch_size - 1) // batch_size)

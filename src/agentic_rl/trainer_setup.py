@@ -15,6 +15,7 @@ from torch import nn
 
 from agentic_rl.backends.base import Generator
 from agentic_rl.config import Config
+from agentic_rl.learner import adamw
 from agentic_rl.rollout.chat import ChatFormat
 from agentic_rl.types import Task
 
@@ -41,8 +42,11 @@ def make_optimizer(setup: Setup) -> torch.optim.Optimizer:
     params = [p for p in setup.policy.parameters() if p.requires_grad]
     if setup.value_head is not None:
         params += list(setup.value_head.parameters())
-    return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
+    return adamw(
+        params,
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        weight_decay=cfg.weight_decay,
     )
 
 
