@@ -191,10 +191,11 @@ def our_step(
 
 def make_optimizer(cfg: Any, model: Any) -> Any:
     """AdamW over the policy's parameters, as `trainer.make_optimizer` builds it."""
-    import torch
+
+    from agentic_rl.learner import adamw
 
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(
+    return adamw(
         params,
         lr=cfg.optim.lr,
         betas=(cfg.optim.beta1, cfg.optim.beta2),
@@ -212,7 +213,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.manual_seed(SEED)
     cfg = our_config(args.max_new_tokens, args.group_size, args.prompts, args.lr, args.precision)
-    model, tokenizer = load_policy(ModelConfig(dtype="float32"), seed=SEED)
+    model_cfg = ModelConfig(dtype="float32", fast_cpu_attention=not args.sdpa_only)
+    model, tokenizer = load_policy(model_cfg, seed=SEED)
     rss_loaded = rss_mib()
     generator = HFGenerator(
         model,
@@ -249,13 +251,14 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
                 "rollout": cfg.rollout.mixed_precision,
                 "learner": cfg.learner.mixed_precision,
             },
+            "attn_implementation": model.config._attn_implementation,
             "micro_batch_size": cfg.optim.micro_batch_size,
             "logprob_chunk_size": cfg.model.logprob_chunk_size,
             "loss_agg": cfg.algo.loss_agg,
             "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
             "lr": cfg.optim.lr,
             "max_grad_norm": cfg.optim.max_grad_norm,
-            "optimizer": "torch.optim.AdamW (default foreach)",
+            "optimizer": "torch.optim.AdamW (fused, as trainer.make_optimizer)",
             "generate_calls": generator.calls,
             "prompt_tokens_prefilled": generator.prompt_tokens,
         },
@@ -360,7 +363,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         # The cached config.json (written from the GGUF load) has no `architectures` entry, which
         # TRL's `create_model_from_path` needs, so the model is loaded here exactly as TRL would
         # (AutoModelForCausalLM, fp32) and passed as an instance with its tokenizer.
-        policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        policy = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch.float32, attn_implementation=args.trl_attention
+        )
         processing = AutoTokenizer.from_pretrained(
             model_path, padding_side="left", truncation_side="left"
         )
@@ -516,6 +521,9 @@ def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, A
         args.trl_generation,
         "--precision",
         args.precision,
+        "--trl-attention",
+        args.trl_attention,
+        *(["--sdpa-only"] if args.sdpa_only else []),
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
     t0 = time.perf_counter()
@@ -576,6 +584,17 @@ def main() -> None:
         default="fp32",
         help="both sides: float32, or bf16 autocast over float32 weights (TRL bf16=True)",
     )
+    parser.add_argument(
+        "--trl-attention",
+        choices=["sdpa", "eager"],
+        default="sdpa",
+        help="TRL model's attn_implementation (sdpa: the Transformers default)",
+    )
+    parser.add_argument(
+        "--sdpa-only",
+        action="store_true",
+        help="ours with model.fast_cpu_attention=false (an ablation: bf16 attention on SDPA)",
+    )
     parser.add_argument("--only", choices=["ours", "trl"], help="run one framework only")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
@@ -634,6 +653,8 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "setup": {
             "precision": args.precision,
+            "trl_attention": args.trl_attention,
+            "ours_sdpa_only": args.sdpa_only,
             "prompts_per_step": args.prompts,
             "group_size": args.group_size,
             "max_new_tokens": args.max_new_tokens,
