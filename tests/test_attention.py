@@ -125,3 +125,28 @@ def test_config_switch_and_models_on_other_attention() -> None:
     off.config._attn_implementation = "eager"
     use_fast_cpu_attention(off)  # not an SDPA model: left alone
     assert off.config._attn_implementation == "eager"
+
+
+def test_a_model_pickled_into_a_fresh_process_still_generates(tmp_path) -> None:
+    """A Ray actor unpickles the policy with the attention's name in its config but without
+    the registration: the generator registers it there (real subprocess, no mocks)."""
+    import subprocess
+    import sys
+
+    model, _ = load_policy(load_config(None, ["model.name=tiny"]).model)
+    assert model.config._attn_implementation == attention.NAME
+    torch.save(model, tmp_path / "model.pt")
+    script = (
+        "import torch\n"
+        "from agentic_rl.backends.hf import HFGenerator\n"
+        "from agentic_rl.config import ModelConfig\n"
+        "from agentic_rl.models import load_tokenizer\n"
+        "from agentic_rl.types import SamplingParams\n"
+        f"model = torch.load({str(tmp_path / 'model.pt')!r}, weights_only=False)\n"
+        "gen = HFGenerator(model, load_tokenizer(ModelConfig()), mixed_precision='bf16')\n"
+        "out = gen.generate([[1, 2, 3]], SamplingParams(max_new_tokens=3, stop=[], seed=0))\n"
+        "print(len(out[0].token_ids))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("3")

@@ -1,16 +1,20 @@
 """Attention for Hugging Face decoder models: PyTorch's SDPA, except bfloat16 on CPU.
 
 On CPU, PyTorch's fused SDPA kernel (`_scaled_dot_product_flash_attention_for_cpu`) is slow in
-bfloat16: it was 48% of a decoding step of the bundled model at batch 16 without a mask, and
-~19% of a forward + backward pass over 8 x 150 tokens, where two matmuls and a float32 softmax
-cost a fraction of that (`bench/bf16_accuracy.py` measures the decoding step and the training
-pass both ways). So bfloat16 attention on CPU up to 256 x 256 query x key positions per head
-(every decoding step, the short sequences of agent turns) runs as two matmuls here. Longer
-attention, float32 and GPUs keep the fused kernel (as fast or faster there, and its memory is
-linear in the sequence length): those go to Transformers' own SDPA path unchanged.
+bfloat16 on the paths Transformers takes without a padding mask (grouped-query `enable_gqa`):
+48% of a decoding step of the bundled model at batch 16, ~19% of a forward + backward pass over
+8 x 150 tokens (profiled). Two matmuls and a float32 softmax cost a fraction of that. Measured
+on the idle 2-core machine (`bench/bf16_accuracy.py`, `bench/vs_trl.py --sdpa-only`): training
+pass 2.25 s -> 2.06 s, a decoding step with a padding mask 32.9 -> 32.6 ms (that SDPA path is
+not the slow one), a whole bf16 GRPO step 5.55 -> 5.40 s. So bfloat16 attention on CPU up to
+256 x 256 query x key positions per head (every decoding step, the short sequences of agent
+turns) runs as two matmuls here. Longer attention, float32 and GPUs keep the fused kernel (as
+fast or faster there, and its memory is linear in the sequence length): those go to
+Transformers' own SDPA path unchanged.
 
-`use_fast_cpu_attention(model)` selects it on a loaded model (`model.attention`, default on);
-the attention mask is built exactly as for "sdpa" (a boolean mask, or None when plain causal).
+`use_fast_cpu_attention(model)` selects it on a loaded model (`model.fast_cpu_attention`,
+default on); the attention mask is built exactly as for "sdpa" (a boolean mask, or None when
+plain causal).
 """
 
 from __future__ import annotations
@@ -108,6 +112,15 @@ def _register() -> None:
 
     AttentionInterface.register(NAME, attention_forward)
     AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def register_if_used(model: nn.Module) -> None:
+    """Register this attention in this process if `model` is set to it: a model pickled into
+    another process (a Ray actor) carries the name in its config but not the registration,
+    which lives in Transformers' process-wide AttentionInterface."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) == NAME:
+        _register()
 
 
 def use_fast_cpu_attention(model: nn.Module) -> None:

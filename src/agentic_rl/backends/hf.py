@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl.attention import register_if_used
 from agentic_rl.prefix_sharing import cache_keyword
 from agentic_rl.types import Completion, SamplingParams
 
@@ -70,6 +71,7 @@ class HFGenerator:
         mixed_precision: str = "no",
     ) -> None:
         self.model = model
+        register_if_used(model)  # e.g. a model unpickled in a Ray actor
         # "bf16": forward passes run on a bfloat16 copy of the parameters (see _compute_model).
         self.mixed_precision = mixed_precision
         self._bf16_model: nn.Module | None = None
