@@ -91,6 +91,11 @@ def test_only_bf16_on_cpu_and_short_attention_take_the_matmul_path(tiny, monkeyp
         monkeypatch.setattr(attention, "MAX_MATH_QUERY_KEYS", 6 * 6)  # 7 x 7 is now too long
         low(input_ids=ids)
         assert len(calls) == 2 * tiny.config.num_hidden_layers
+        monkeypatch.setattr(attention, "MAX_MATH_QUERY_KEYS", 2**16)
+        for layer in low.model.layers:  # a bidirectional layer is not this path's business
+            layer.self_attn.is_causal = False
+        low(input_ids=ids)
+        assert len(calls) == 2 * tiny.config.num_hidden_layers
 
 
 def test_bf16_logprobs_and_gradients_match_sdpa(tiny) -> None:

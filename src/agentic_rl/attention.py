@@ -88,7 +88,11 @@ def attention_forward(
     batch, heads, q_len, dim = query.shape
     keys = key.shape[2]
     small = q_len * keys <= MAX_MATH_QUERY_KEYS and batch * heads * q_len * keys <= MAX_MATH_SCORES
-    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+    # Only plain causal attention: biases, soft-capping, sinks and bidirectional layers go to
+    # SDPA (or fail there with Transformers' own message).
+    extras = ("position_bias", "softcap", "s_aux")
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True)) is not False
+    plain = causal and all(kwargs.get(name) is None for name in extras)
     if query.device.type == "cpu" and _bfloat16(query) and small and plain:
         scale = scaling if scaling is not None else dim**-0.5
         drop = dropout if module.training else 0.0
