@@ -30,9 +30,10 @@ MAX_MATH_SCORES = 2**23
 scores per layer; ~3 times that is kept for the backward pass)."""
 MAX_MATH_QUERY_KEYS = 2**16
 """Longest query x key product per head the matmul path takes (256 x 256; a decoding step's
-single query takes up to 65,536 keys). Measured on forward + backward in bfloat16: the matmul
-path was ~30% faster at 16 x 64 and 8 x 150 tokens and ~20% slower at 4 x 512, where the
-quadratic work dominates and the fused kernel's blocking wins; its memory also stays linear."""
+single query takes up to 65,536 keys). Measured on forward + backward in bfloat16 (one thread,
+the machine shared with another job): the matmul path was ~30% faster at 16 x 64 and 8 x 150
+tokens and ~20% slower at 4 x 512, where the quadratic work dominates and the fused kernel's
+blocking wins; the fused kernel's memory also stays linear."""
 
 
 def grouped_attention(
