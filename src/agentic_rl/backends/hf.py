@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from agentic_rl.attention import register_if_used
+from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.prefix_sharing import cache_keyword
 from agentic_rl.types import Completion, SamplingParams
 
@@ -69,6 +70,7 @@ class HFGenerator:
         eos_token_ids: Sequence[int] | None = None,
         prefix_cache: bool = True,
         mixed_precision: str = "no",
+        packed_weights: bool = True,
     ) -> None:
         self.model = model
         register_if_used(model)  # e.g. a model unpickled in a Ray actor
@@ -76,6 +78,9 @@ class HFGenerator:
         self.mixed_precision = mixed_precision
         self._bf16_model: nn.Module | None = None
         self._bf16_version = -1
+        # With bf16, the copy's linear layers run on oneDNN-packed weights (packed_linear.py).
+        self.packed_weights = packed_weights
+        self._packed: list[PackedLinear] = []
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         eos = list(eos_token_ids or [])
@@ -288,7 +293,8 @@ class HFGenerator:
         re-cast only when the weights have changed. Casting once per weight version, not once
         per forward: an autocast context per forward re-casts every weight at every decoding
         step, which cost more than the bfloat16 matmuls saved (bench/bf16_accuracy.py: 86 ms a
-        step vs 46 ms; float32 78 ms)."""
+        step vs 46 ms; float32 78 ms). With `packed_weights` the copy's linear layers also keep
+        a oneDNN-packed weight (packed_linear.py), re-packed with each new weight version."""
         if self.mixed_precision != "bf16":
             return self.model
         version = self._weights_version()
@@ -297,10 +303,14 @@ class HFGenerator:
             for param in self._bf16_model.parameters():
                 param.requires_grad_(False)
                 param.data = param.data.to(torch.bfloat16)
+            if self.packed_weights:
+                self._packed = pack_linears(self._bf16_model, self.max_batch_size)
         elif version != self._bf16_version:
             pairs = zip(self._bf16_model.parameters(), self.model.parameters(), strict=True)
             for low, full in pairs:
                 low.data.copy_(full.data)
+            for layer in self._packed:
+                layer.repack()
         self._bf16_version = version
         return self._bf16_model
 
