@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from agentic_rl import attention
-from agentic_rl.attention import grouped_attention, use_fast_cpu_attention
+from agentic_rl.attention import (
+    PackedSegments,
+    grouped_attention,
+    packed_attention,
+    use_fast_cpu_attention,
+)
 from agentic_rl.config import load_config
 from agentic_rl.models import load_policy, token_logprobs
 
@@ -155,3 +160,45 @@ def test_a_model_pickled_into_a_fresh_process_still_generates(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("3")
+
+
+def _packed_layout(prefix: int, suffixes: list[int]) -> tuple[PackedSegments, torch.Tensor]:
+    """Segments of a packed row and the equivalent [1, 1, L, L] block mask."""
+    starts = [prefix + sum(suffixes[:b]) for b in range(len(suffixes))]
+    width = max(suffixes)
+    j = torch.arange(width)
+    valid = j < torch.tensor(suffixes)[:, None]
+    index = torch.where(valid, torch.tensor(starts)[:, None] + j, 0)
+    segment = torch.tensor([-1] * prefix + [b for b, n in enumerate(suffixes) for _ in range(n)])
+    total = len(segment)
+    order = torch.arange(total)
+    visible = (segment[None] < 0) | (segment[None] == segment[:, None])
+    mask = visible & (order[:, None] >= order[None])
+    return PackedSegments(prefix, index, valid), mask[None, None]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_packed_attention_equals_the_block_masked_row(dtype) -> None:
+    """Per segment (prefix causal; each suffix against prefix + itself) == one attention over
+    the whole packed row under the block mask, values and gradients."""
+    segments, mask = _packed_layout(prefix=5, suffixes=[3, 1, 4])
+    total = mask.shape[-1]
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, total, 8, generator=g, dtype=torch.float64).to(dtype)
+    k = torch.randn(1, 2, total, 8, generator=g, dtype=torch.float64).to(dtype)
+    v = torch.randn(1, 2, total, 8, generator=g, dtype=torch.float64).to(dtype)
+    outs, grads = [], []
+    for fn in ("segments", "mask"):
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        if fn == "segments":
+            out = packed_attention(qq, kk, vv, segments, 0.3)
+        else:
+            out = grouped_attention(qq, kk, vv, mask, 0.3)
+        assert out.shape == (1, total, 4, 8)
+        (out.float() * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
+        outs.append(out.detach().float())
+        grads.append([t.grad.float() for t in (qq, kk, vv)])
+    tol = {"atol": 1e-10, "rtol": 1e-9} if dtype == torch.float64 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(outs[0], outs[1], **tol)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, **tol)

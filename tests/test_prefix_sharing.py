@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 
+from agentic_rl import prefix_sharing
+from agentic_rl.attention import use_fast_cpu_attention
 from agentic_rl.models import tiny_model, token_logprobs
 from agentic_rl.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix_length
 
@@ -42,12 +45,19 @@ def test_shared_prefix_length_by_hand() -> None:
     assert shared_prefix_length(short, attn, wanted) == 0
 
 
-def test_same_logprobs_entropy_and_gradients_as_the_plain_forward() -> None:
+@pytest.mark.parametrize("form", ["packed, per segment", "packed, block mask", "two passes"])
+def test_same_logprobs_entropy_and_gradients_as_the_plain_forward(form, monkeypatch) -> None:
+    """Every shared form: one packed row (this project's attention computes it segment by
+    segment; any other attention gets the block mask), and the prefix's KV cache repeated."""
+    monkeypatch.setattr(prefix_sharing, "_packing_pays", lambda *a: form != "two passes")
     ids, attn, mask = _rows(prefix_len=20, suffix_lens=[7, 3, 9, 5])
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0])[:, None]
     results = []
     for share in (False, True):
         model = tiny_model(VOCAB, seed=1)
+        if form == "packed, per segment":
+            use_fast_cpu_attention(model)
+            assert prefix_sharing._segment_attention(model)
         model.train()
         lp, ent, _ = token_logprobs(
             model, ids, attn, chunk_size=4, with_entropy=True, positions=mask > 0,
@@ -65,7 +75,8 @@ def test_same_logprobs_entropy_and_gradients_as_the_plain_forward() -> None:
 
 
 def test_the_prefix_runs_once(monkeypatch) -> None:
-    """Counted, not timed: the backbone sees P + B * S tokens instead of B * (P + S)."""
+    """Counted, not timed: the backbone sees P + B * S tokens instead of B * (P + S). Equal
+    suffixes (no padding to drop): the two-pass form is the cheaper one here."""
     ids, attn, mask = _rows(prefix_len=30, suffix_lens=[6, 6, 6, 6])
     model = tiny_model(VOCAB, seed=1)
     seen: list[int] = []
@@ -83,6 +94,41 @@ def test_the_prefix_runs_once(monkeypatch) -> None:
     seen.clear()
     token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=False)
     assert seen == [4 * 36]
+
+
+def test_packed_row_drops_the_padding(monkeypatch) -> None:
+    """Counted: uneven suffixes run as one row of P + sum(S_i) tokens, no padding, one pass."""
+    ids, attn, mask = _rows(prefix_len=30, suffix_lens=[2, 9, 4, 3])
+    model = tiny_model(VOCAB, seed=1)
+    seen: list[tuple[int, ...]] = []
+    original = model.model.forward
+
+    @functools.wraps(original)
+    def counting(*args, **kwargs):
+        seen.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model.model, "forward", counting)
+    token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
+    assert seen == [(1, 30 + 2 + 9 + 4 + 3)]
+
+
+def test_packing_pays_by_hand(tiny) -> None:
+    """Cost per layer = tokens x 6 x hidden + attention scores (hidden = 64 in `tiny`)."""
+    hidden = tiny.config.hidden_size
+    attn = torch.zeros((2, 40), dtype=torch.long)
+    attn[0, :40], attn[1, :13] = 1, 1  # prefix 10, suffixes 30 and 3
+    # packed: 43 tokens, 43^2 scores; two-pass: 10 + 2 x 30 tokens, 2 x 30 x 40 scores
+    packed, two_pass = 43 * 6 * hidden + 43**2, 70 * 6 * hidden + 2 * 30 * 40
+    assert prefix_sharing._packing_pays(tiny, attn, 10) == (packed < two_pass)
+    assert prefix_sharing._packing_pays(tiny, attn, 10)  # 18361 < 29280 for hidden 64
+    long = torch.ones((2, 2000), dtype=torch.long)  # long equal rows: quadratic attention loses
+    assert not prefix_sharing._packing_pays(tiny, long, 10)
+    left_padded = attn.flip(1)
+    assert not prefix_sharing._packing_pays(tiny, left_padded, 10)
+    sliding = type(tiny.config)(**{**tiny.config.to_dict(), "layer_types": None})
+    sliding.layer_types = ["sliding_attention", "full_attention"]
+    assert not prefix_sharing._packing_pays(type("M", (), {"config": sliding})(), attn, 10)
 
 
 def test_value_head_states_disable_sharing() -> None:
@@ -139,8 +185,9 @@ def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
         compute_advantages(batch, cfg.algo)
         update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, cfg)
         models.append(model)
-        # Shared: per group, the 12-token prompt once, then the 4 answers against its KV.
-        assert ((1, 12) in seen) == share and len(seen) == (4 if share else 2)
+        # Shared: per group one packed row, the 12-token prompt once and the 4 answers.
+        answers = [3 + 4 + 5 + 6, 4 + 5 + 6 + 7]
+        assert seen == ([(1, 12 + n) for n in answers] if share else [(4, 19)] * 2)
     changed = False
     params = zip(models[0].parameters(), models[1].parameters(), tiny.parameters(), strict=True)
     for p0, p1, p in params:

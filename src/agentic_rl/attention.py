@@ -19,6 +19,7 @@ plain causal).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,14 +50,15 @@ def grouped_attention(
     query [B, H, Tq, D]; key, value [B, Hkv, Tk, D] with H = Hkv * G (query head h reads key
     head h // G, as `repeat_kv` lays them out); mask: boolean [B or 1, 1, Tq, Tk] (True =
     attend) or None, which means causal with the queries at the last Tq key positions. Softmax
-    in float32; a query that may attend to nothing (a left-padding position) gets a uniform
+    in float32 (float64 inputs: float64); a query that may attend to nothing (a left-padding position) gets a uniform
     average instead of NaN (its output is never used). Returns [B, Tq, H, D].
     """
     batch, heads, q_len, dim = query.shape
     kv_heads, k_len = key.shape[1], key.shape[2]
     group = heads // kv_heads
     q = query.reshape(batch, kv_heads, group * q_len, dim)
-    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # [B, Hkv, G*Tq, Tk]
+    scores = torch.matmul(q, key.transpose(-1, -2))  # [B, Hkv, G*Tq, Tk]
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scaling
     scores = scores.view(batch, kv_heads, group, q_len, k_len)
     if mask is None and q_len > 1:
         rows = torch.arange(q_len, device=query.device).unsqueeze(-1) + (k_len - q_len)
@@ -65,12 +67,83 @@ def grouped_attention(
         if mask.dtype != torch.bool:
             raise TypeError(f"expected a boolean attention mask, got {mask.dtype}")
         # [.., 1, Tq, Tk] -> [.., 1, 1, Tq, Tk]: the same mask for every head of a group
-        scores = scores.masked_fill(~mask.unsqueeze(-3), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill(~mask.unsqueeze(-3), torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     if dropout > 0.0:
         probs = nn.functional.dropout(probs, p=dropout)
     out = torch.matmul(probs.view(batch, kv_heads, group * q_len, k_len), value)
     return out.view(batch, heads, q_len, dim).transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class PackedSegments:
+    """The layout of a packed row (prefix_sharing.py): P shared prefix tokens, then B suffixes
+    back to back. index [B, S]: the packed position of suffix b's j-th token (0 where j is past
+    its length); valid [B, S]: j is within suffix b. Suffix tokens see the prefix and their own
+    earlier tokens only."""
+
+    prefix: int
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
+def packed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    segments: PackedSegments,
+    scaling: float,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """Attention over a packed row [1, H, L, D] (key, value [1, Hkv, L, D]) computed per
+    segment: the prefix causally, then each suffix, padded to [B, S], against the prefix and
+    itself. Same result as a block mask over the whole row, at the cost of B x S x (P + S)
+    scores instead of L^2. Returns [1, L, H, D]."""
+    prefix, index, valid = segments.prefix, segments.index, segments.valid
+    batch, width = index.shape
+    head = _attend(
+        query[:, :, :prefix], key[:, :, :prefix], value[:, :, :prefix], None, scaling, dropout
+    )
+
+    def rows(x: torch.Tensor) -> torch.Tensor:  # [1, h, L, D] -> [B, h, S, D]
+        return x[0][:, index].transpose(0, 1)
+
+    def with_prefix(x: torch.Tensor) -> torch.Tensor:  # [1, h, L, D] -> [B, h, P + S, D]
+        return torch.cat([x[:, :, :prefix].expand(batch, -1, -1, -1), rows(x)], dim=2)
+
+    causal = torch.ones(width, width, dtype=torch.bool, device=query.device).tril()
+    own = causal & valid[:, None, :]  # [B, S, S]
+    mask = torch.cat([own.new_ones(batch, width, prefix), own], dim=-1)[:, None]  # [B,1,S,P+S]
+    tail = _attend(rows(query), with_prefix(key), with_prefix(value), mask, scaling, dropout)
+    return torch.cat([head[0], tail[valid]], dim=0).unsqueeze(0)  # [1, L, H, D]
+
+
+def _attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float,
+) -> torch.Tensor:
+    """grouped_attention where the matmul form is the faster one (see attention_forward),
+    else PyTorch's SDPA. Returns [B, Tq, H, D]."""
+    batch, heads, q_len, _ = query.shape
+    keys = key.shape[2]
+    small = q_len * keys <= MAX_MATH_QUERY_KEYS and batch * heads * q_len * keys <= MAX_MATH_SCORES
+    if query.device.type == "cpu" and _bfloat16(query) and small:
+        return grouped_attention(query, key, value, mask, scaling, dropout)
+    out = nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=mask,
+        dropout_p=dropout,
+        is_causal=mask is None,
+        scale=scaling,
+        enable_gqa=True,
+    )
+    return out.transpose(1, 2)
 
 
 def attention_forward(
@@ -94,6 +167,11 @@ def attention_forward(
     extras = ("position_bias", "softcap", "s_aux")
     causal = kwargs.get("is_causal", getattr(module, "is_causal", True)) is not False
     plain = causal and all(kwargs.get(name) is None for name in extras)
+    segments = kwargs.pop("packed_segments", None)
+    if segments is not None and plain:  # a packed row (prefix_sharing.py): per segment
+        scale = scaling if scaling is not None else dim**-0.5
+        drop = dropout if module.training else 0.0
+        return packed_attention(query, key, value, segments, scale, drop), None
     if query.device.type == "cpu" and _bfloat16(query) and small and plain:
         scale = scaling if scaling is not None else dim**-0.5
         drop = dropout if module.training else 0.0
