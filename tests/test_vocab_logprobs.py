@@ -93,3 +93,32 @@ def test_bf16_autocast_is_close_to_float32() -> None:
     torch.testing.assert_close(lp, ref, atol=0.05, rtol=0.02)
     torch.testing.assert_close(hidden.grad, h.grad, atol=0.05, rtol=0.05)
     torch.testing.assert_close(weight.grad, w.grad, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_kept_probabilities_give_the_recomputed_gradients(dtype) -> None:
+    """keep_probs (softmax kept from the forward pass) vs recomputation in the backward pass."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(6, 8, generator=g, dtype=torch.float64).to(dtype)
+    weight = torch.randn(30, 8, generator=g, dtype=torch.float64).to(dtype)
+    targets = torch.randint(0, 30, (6,), generator=g)
+    scale = torch.randn(6, generator=g, dtype=torch.float64)
+    grads = []
+    for keep in (False, True):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        lp, ent = vocab_logprobs(h, w, targets, True, entropy_grad=False, keep_probs=keep)
+        (lp * scale).sum().backward()
+        grads.append((lp.detach(), ent, h.grad.double(), w.grad.double()))
+    tol = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 0.03, "rtol": 0.03}
+    for kept, recomputed in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(kept.double(), recomputed.double(), **tol)
+
+
+def test_kept_probabilities_are_ignored_when_the_entropy_needs_a_gradient() -> None:
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([0, 1, 2, 3, 8])
+    assert torch.autograd.gradcheck(
+        lambda h, w: vocab_logprobs(h, w, targets, True, True, keep_probs=True), (hidden, weight)
+    )
