@@ -147,7 +147,8 @@ def _packed_forward(
     index = starts.unsqueeze(1) + (cols - prefix).unsqueeze(0)
     index = torch.where(cols.unsqueeze(0) < prefix, prefix - 1, index)
     index = torch.where(cols.unsqueeze(0) < lengths.unsqueeze(1), index, 0)
-    return hidden[index]  # [B, T - P + 1, H]
+    # (index_select: its backward, index_add_, is much faster on CPU than index_put_'s)
+    return hidden.index_select(0, index.reshape(-1)).view(*index.shape, hidden.shape[-1])
 
 
 def _packing_pays(model: nn.Module, attention_mask: torch.Tensor, prefix: int) -> bool:
