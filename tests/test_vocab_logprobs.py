@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agentic_rl.vocab_logprobs import vocab_logprobs
+from agentic_rl.vocab_logprobs import ROWS_PER_BLOCK, vocab_logprobs
 
 
 def _reference(hidden, weight, targets):
@@ -32,18 +32,21 @@ def test_hand_computed_logprob_entropy_and_gradient() -> None:
     assert hidden.grad.tolist()[0] == pytest.approx([1 - p0, -p1])  # [0.423883, -0.211942]
 
 
+@pytest.mark.parametrize("keep_probs", [False, True])
+@pytest.mark.parametrize("rows", [7, 2 * ROWS_PER_BLOCK + 5])  # one block, several blocks
 @pytest.mark.parametrize("entropy_grad", [True, False])
-def test_gradients_match_autograd_of_the_plain_formula(entropy_grad: bool) -> None:
+def test_gradients_match_autograd_of_the_plain_formula(entropy_grad, rows, keep_probs) -> None:
     g = torch.Generator().manual_seed(0)
-    hidden = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    hidden = torch.randn(rows, 5, generator=g, dtype=torch.float64)
     weight = torch.randn(11, 5, generator=g, dtype=torch.float64)
-    targets = torch.randint(0, 11, (7,), generator=g)
-    a, b = torch.randn(7, generator=g, dtype=torch.float64), torch.randn(7, generator=g)
+    targets = torch.randint(0, 11, (rows,), generator=g)
+    a = torch.randn(rows, generator=g, dtype=torch.float64)
+    b = torch.randn(rows, generator=g, dtype=torch.float64)
     grads = []
     for fn in ("ours", "reference"):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         if fn == "ours":
-            lp, ent = vocab_logprobs(h, w, targets, with_entropy=True, entropy_grad=entropy_grad)
+            lp, ent = vocab_logprobs(h, w, targets, True, entropy_grad, keep_probs=keep_probs)
             assert ent.requires_grad == entropy_grad
         else:
             lp, ent = _reference(h, w, targets)
