@@ -6,7 +6,7 @@ import copy
 
 import torch
 
-from agentic_rl.backends.hf import HFGenerator, _sample, _top_p_filter
+from agentic_rl.backends.hf import SAMPLING_BLOCK, HFGenerator, _sample, _top_p_filter
 from agentic_rl.types import SamplingParams
 
 
@@ -18,6 +18,33 @@ def test_inverse_cdf_sampling_matches_the_probabilities() -> None:
     torch.testing.assert_close(
         counts, torch.tensor([0.1, 0.0, 0.6, 0.3]).double(), atol=0.012, rtol=0
     )
+
+
+def test_two_level_cdf_picks_the_token_of_the_one_level_cdf() -> None:
+    """Same uniform draw -> same token as a float64 cumulative sum over the whole vocabulary,
+    on a vocabulary that is not a multiple of the block size, with zero-probability tokens."""
+    g = torch.Generator().manual_seed(5)
+    logits = 3 * torch.randn(64, 1000, generator=g)
+    logits[:, ::3] = float("-inf")  # a third of the tokens outside the nucleus
+    probs = torch.softmax(logits, dim=-1)
+    ours = _sample(probs, torch.Generator().manual_seed(9))
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(64, 1, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    reference = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
+    assert torch.equal(ours, reference)
+    assert SAMPLING_BLOCK < 1000 and bool((probs.gather(-1, ours[:, None]) > 0).all())
+
+
+def test_zero_probability_tokens_are_never_drawn() -> None:
+    """Each row: one block whose only nonzero entry is its first token, plus tiny masses
+    elsewhere; 2,000 draws per row never land on a zero-probability token."""
+    probs = torch.zeros(8, 3 * SAMPLING_BLOCK + 7)
+    probs[:, SAMPLING_BLOCK] = 1.0
+    probs[:, 5] = 1e-3
+    probs[:, -1] = 1e-7
+    probs = probs.repeat(250, 1)
+    drawn = _sample(probs, torch.Generator().manual_seed(0))
+    assert set(drawn.unique().tolist()) <= {5, SAMPLING_BLOCK, probs.shape[1] - 1}
 
 
 def test_sampling_is_reproducible_from_the_seed() -> None:

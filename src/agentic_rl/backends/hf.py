@@ -36,15 +36,34 @@ def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+SAMPLING_BLOCK = 256
+"""Vocabulary entries per block of the two-level inverse CDF in `_sample`."""
+
+
 def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """One token per row by inverse-CDF sampling: probs [N, V] -> token ids [N].
 
     One uniform number per row, where torch.multinomial draws one per vocabulary entry (11 ms a
-    step for 16 x 49k on the 2-core CPU, measured). The CDF is summed in float64, so rounding
-    cannot move mass between tokens; zero-probability tokens (outside top-p) are never chosen."""
-    cdf = probs.double().cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1).squeeze(-1)
+    step for 16 x 49k on the 2-core CPU, measured). The CDF is two-level, in float64 (rounding
+    cannot move mass between tokens; zero-probability tokens, outside top-p, are never chosen):
+    the sums of blocks of SAMPLING_BLOCK entries locate the block, a cumulative sum inside that
+    block the token. A cumulative sum over the whole vocabulary is a sequential scan: 3.6 ms a
+    step for 16 x 49k, ~70% of sampling (measured); the block sums are one vectorised pass."""
+    rows, vocab = probs.shape
+    pad = -vocab % SAMPLING_BLOCK
+    blocks = nn.functional.pad(probs, (0, pad)).view(rows, -1, SAMPLING_BLOCK)
+    mass = blocks.sum(-1).double()  # [N, V / block]; zero exactly when the block is all zeros
+    cdf = mass.cumsum(-1)
+    u = torch.rand(rows, 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
+    block = torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)  # [N, 1]
+    before = cdf.gather(-1, block) - mass.gather(-1, block)  # mass of the earlier blocks
+    inner = blocks[torch.arange(rows), block.squeeze(-1)].double().cumsum(-1)  # [N, block]
+    # Within [0, the block's own float64 total): the float32 block sums cannot push the draw
+    # past the block's last nonzero entry onto a zero-probability token.
+    below = torch.nextafter(inner[:, -1:], torch.zeros_like(inner[:, -1:]))
+    rest = torch.minimum((u - before).clamp(min=0), below)
+    offset = torch.searchsorted(inner, rest, right=True)
+    return (block * SAMPLING_BLOCK + offset).squeeze(-1).clamp(max=vocab - 1)
 
 
 def _layered_cache_available() -> bool:
@@ -162,9 +181,14 @@ class HFGenerator:
             logprob_all = torch.log_softmax(logits, dim=-1)
             t = temps[rows].unsqueeze(-1)
             greedy = t.squeeze(-1) <= 0
-            scaled = _top_p_filter(logits / t.clamp(min=1e-5), top_ps[rows])
-            sampled = _sample(torch.softmax(scaled, dim=-1), gen)
-            choice = torch.where(greedy, logits.argmax(-1), sampled)
+            if bool((t == 1).all()) and bool((top_ps[rows] >= 1).all()):
+                probs = logprob_all.exp()  # temperature 1, no nucleus: the policy itself
+            else:
+                scaled = _top_p_filter(logits / t.clamp(min=1e-5), top_ps[rows])
+                probs = torch.softmax(scaled, dim=-1)
+            choice = _sample(probs, gen)
+            if bool(greedy.any()):
+                choice = torch.where(greedy, logits.argmax(-1), choice)
             chosen_lp = logprob_all.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
             keep: list[int] = []
             for r, seq in enumerate(alive):
