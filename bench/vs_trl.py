@@ -108,6 +108,9 @@ def our_config(
             f"rollout.max_total_tokens={max_new_tokens}",
             f"rollout.group_size={group_size}",
             f"rollout.tasks_per_step={prompts}",
+            # One forward/backward over all the step's completions, as TRL's
+            # per_device_train_batch_size = prompts x group size (packed: prompts once, no pad)
+            f"optim.micro_batch_size={prompts * group_size}",
             "rollout.temperature=1.0",
             "rollout.top_p=1.0",
             f"optim.lr={lr}",

@@ -11,13 +11,13 @@ import torch
 
 from agentic_rl import attention
 from agentic_rl.attention import (
-    PackedSegments,
     grouped_attention,
     packed_attention,
     use_fast_cpu_attention,
 )
 from agentic_rl.config import load_config
 from agentic_rl.models import load_policy, token_logprobs
+from agentic_rl.packing import pack_rows
 
 
 def _reference(q, k, v, mask):
@@ -162,27 +162,23 @@ def test_a_model_pickled_into_a_fresh_process_still_generates(tmp_path) -> None:
     assert done.stdout.strip().endswith("3")
 
 
-def _packed_layout(prefix: int, suffixes: list[int]) -> tuple[PackedSegments, torch.Tensor]:
-    """Segments of a packed row and the equivalent [1, 1, L, L] block mask."""
-    starts = [prefix + sum(suffixes[:b]) for b in range(len(suffixes))]
-    width = max(suffixes)
-    j = torch.arange(width)
-    valid = j < torch.tensor(suffixes)[:, None]
-    index = torch.where(valid, torch.tensor(starts)[:, None] + j, 0)
-    segment = torch.tensor([-1] * prefix + [b for b, n in enumerate(suffixes) for _ in range(n)])
-    total = len(segment)
-    order = torch.arange(total)
-    visible = (segment[None] < 0) | (segment[None] == segment[:, None])
-    mask = visible & (order[:, None] >= order[None])
-    return PackedSegments(prefix, index, valid), mask[None, None]
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_packed_attention_equals_the_block_masked_row(dtype) -> None:
-    """Per segment (prefix causal; each suffix against prefix + itself) == one attention over
-    the whole packed row under the block mask, values and gradients."""
-    segments, mask = _packed_layout(prefix=5, suffixes=[3, 1, 4])
-    total = mask.shape[-1]
+    """Per segment (each prompt causal; each answer against its prompt + itself) == one
+    attention over the whole packed row under the block mask, values and gradients."""
+    # rows: two with a 5-token prompt (answers 3 and 1), two with a 2-token prompt (4 and 2)
+    ids = torch.tensor(
+        [[1, 2, 3, 4, 5, 6, 7, 8, 0], [1, 2, 3, 4, 5, 9, 0, 0, 0],
+         [7, 7, 1, 2, 3, 4, 0, 0, 0], [7, 7, 5, 6, 0, 0, 0, 0, 0]]
+    )  # fmt: skip
+    attn = (ids > 0).long()
+    wanted = attn.bool().clone()
+    wanted[:2, :5], wanted[2:, :2] = False, False
+    layout = pack_rows(ids, attn, wanted)
+    assert layout is not None and layout.blocks == [(0, 2, 5), (2, 4, 2)]
+    segments, mask = layout.segments, layout.block_mask()
+    total = layout.tokens
+    assert total == 5 + 3 + 1 + 2 + 4 + 2
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, total, 8, generator=g, dtype=torch.float64).to(dtype)
     k = torch.randn(1, 2, total, 8, generator=g, dtype=torch.float64).to(dtype)

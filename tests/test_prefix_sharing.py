@@ -45,12 +45,32 @@ def test_shared_prefix_length_by_hand() -> None:
     assert shared_prefix_length(short, attn, wanted) == 0
 
 
-@pytest.mark.parametrize("form", ["packed, per segment", "packed, block mask", "two passes"])
-def test_same_logprobs_entropy_and_gradients_as_the_plain_forward(form, monkeypatch) -> None:
+FORMS = ["packed, per segment", "packed, block mask", "two passes"]
+
+
+def _force(form: str, monkeypatch) -> None:
+    original = prefix_sharing.choose_form
+    name = "two_pass" if form == "two passes" else "packed"
+    monkeypatch.setattr(prefix_sharing, "choose_form", lambda *a: (name, *original(*a)[1:]))
+
+
+@pytest.mark.parametrize(
+    ("form", "groups"), [(f, 1) for f in FORMS] + [(FORMS[0], 2), (FORMS[1], 2)]
+)
+def test_same_logprobs_entropy_and_gradients_as_the_plain_forward(form, groups, monkeypatch):
     """Every shared form: one packed row (this project's attention computes it segment by
-    segment; any other attention gets the block mask), and the prefix's KV cache repeated."""
-    monkeypatch.setattr(prefix_sharing, "_packing_pays", lambda *a: form != "two passes")
+    segment; any other attention gets the block mask), and the prefix's KV cache repeated;
+    packed rows also hold two groups with different prompts."""
+    _force(form, monkeypatch)
     ids, attn, mask = _rows(prefix_len=20, suffix_lens=[7, 3, 9, 5])
+    if groups == 2:  # rows 2 and 3: another prompt, of another length
+        other_ids, other_attn, other_mask = _rows(prefix_len=14, suffix_lens=[9, 2], seed=4)
+        width = ids.shape[1]
+        ids[2:], attn[2:], mask[2:] = 0, 0, 0
+        ids[2:, : other_ids.shape[1]] = other_ids
+        attn[2:, : other_ids.shape[1]] = other_attn
+        mask[2:, : other_ids.shape[1]] = other_mask
+        assert other_ids.shape[1] <= width
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0])[:, None]
     results = []
     for share in (False, True):
@@ -113,22 +133,57 @@ def test_packed_row_drops_the_padding(monkeypatch) -> None:
     assert seen == [(1, 30 + 2 + 9 + 4 + 3)]
 
 
-def test_packing_pays_by_hand(tiny) -> None:
-    """Cost per layer = tokens x 6 x hidden + attention scores (hidden = 64 in `tiny`)."""
+def test_two_groups_pack_into_one_row(monkeypatch) -> None:
+    """Counted: two groups (prompts of 30 and 12 tokens) in one micro-batch run as one row of
+    30 + 12 + sum(S_i) tokens."""
+    ids, attn, mask = _rows(prefix_len=30, suffix_lens=[2, 9])
+    other = _rows(prefix_len=12, suffix_lens=[4, 3], seed=2)
+    width = ids.shape[1]
+    pad = [torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in other]
+    ids, attn, mask = (torch.cat([a, b]) for a, b in zip((ids, attn, mask), pad, strict=True))
+    model = tiny_model(VOCAB, seed=1)
+    use_fast_cpu_attention(model)
+    seen: list[tuple[int, ...]] = []
+    original = model.model.forward
+
+    @functools.wraps(original)
+    def counting(*args, **kwargs):
+        seen.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model.model, "forward", counting)
+    token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
+    assert seen == [(1, 30 + 2 + 9 + 12 + 4 + 3)]
+
+
+def test_choose_form_by_hand(tiny) -> None:
+    """Cost per layer = tokens x 6 x hidden + attention scores (hidden = 32 in `tiny`, which
+    runs SDPA: a packed row costs L^2 scores)."""
     hidden = tiny.config.hidden_size
+    ids = torch.randint(1, 50, (2, 40))
+    ids[1, :10] = ids[0, :10]
     attn = torch.zeros((2, 40), dtype=torch.long)
-    attn[0, :40], attn[1, :13] = 1, 1  # prefix 10, suffixes 30 and 3
-    # packed: 43 tokens, 43^2 scores; two-pass: 10 + 2 x 30 tokens, 2 x 30 x 40 scores
-    packed, two_pass = 43 * 6 * hidden + 43**2, 70 * 6 * hidden + 2 * 30 * 40
-    assert prefix_sharing._packing_pays(tiny, attn, 10) == (packed < two_pass)
-    assert prefix_sharing._packing_pays(tiny, attn, 10)  # 18361 < 29280 for hidden 64
-    long = torch.ones((2, 2000), dtype=torch.long)  # long equal rows: quadratic attention loses
-    assert not prefix_sharing._packing_pays(tiny, long, 10)
+    attn[0, :40], attn[1, :13] = 1, 1  # prompt 10, answers of 30 and 3
+    wanted = attn.bool().clone()
+    wanted[:, :10] = False
+    plain = 80 * 6 * hidden + 2 * 40 * 40
+    packed = 43 * 6 * hidden + 43**2
+    two_pass = 70 * 6 * hidden + 2 * 30 * 40
+    assert min(plain, packed, two_pass) == packed  # 10105 < 15840 < 18560 for hidden 32
+    form, layout, prefix = prefix_sharing.choose_form(tiny, ids, attn, wanted)
+    assert (form, layout.tokens, prefix) == ("packed", 43, 10)
+    long = torch.ones((2, 2000), dtype=torch.long)  # equal long rows: quadratic attention loses
+    long_ids = torch.randint(1, 50, (2, 2000))
+    long_ids[1, :10] = long_ids[0, :10]
+    long_wanted = long.bool().clone()
+    long_wanted[:, :10] = False
+    assert prefix_sharing.choose_form(tiny, long_ids, long, long_wanted)[0] == "two_pass"
     left_padded = attn.flip(1)
-    assert not prefix_sharing._packing_pays(tiny, left_padded, 10)
+    assert prefix_sharing.choose_form(tiny, ids, left_padded, wanted)[1] is None  # no packing
     sliding = type(tiny.config)(**{**tiny.config.to_dict(), "layer_types": None})
     sliding.layer_types = ["sliding_attention", "full_attention"]
-    assert not prefix_sharing._packing_pays(type("M", (), {"config": sliding})(), attn, 10)
+    model = type("M", (), {"config": sliding})()
+    assert prefix_sharing.choose_form(model, ids, attn, wanted)[1] is None
 
 
 def test_value_head_states_disable_sharing() -> None:

@@ -77,14 +77,29 @@ def grouped_attention(
 
 @dataclass(frozen=True)
 class PackedSegments:
-    """The layout of a packed row (prefix_sharing.py): P shared prefix tokens, then B suffixes
-    back to back. index [B, S]: the packed position of suffix b's j-th token (0 where j is past
-    its length); valid [B, S]: j is within suffix b. Suffix tokens see the prefix and their own
-    earlier tokens only."""
+    """The layout of a packed row (packing.py): G blocks, each a prefix followed by the suffixes
+    of the rows that share it. Every token sees the earlier tokens of its own prefix; a suffix
+    token also sees its own earlier suffix tokens. prefix_index [G, P]: the packed position of
+    block g's j-th prefix token (0 past its length), prefix_valid [G, P]; index [B, S] and
+    valid [B, S]: the same for row b's suffix; block [B]: the block of row b; order [L]: for
+    each packed position, its place among (all valid prefix tokens, then all valid suffix
+    tokens, each in row-major order)."""
 
-    prefix: int
+    prefix_index: torch.Tensor
+    prefix_valid: torch.Tensor
     index: torch.Tensor
     valid: torch.Tensor
+    block: torch.Tensor
+    order: torch.Tensor
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """[1, h, L, D] -> [N, h, W, D] at the packed positions index [N, W]. index_select, not
+    advanced indexing: its backward is index_add_, several times faster on CPU than the
+    accumulating index_put_ that x[:, index] differentiates to."""
+    n, width = index.shape
+    picked = x[0].index_select(1, index.reshape(-1))  # [h, N * W, D]
+    return picked.view(x.shape[1], n, width, x.shape[-1]).transpose(0, 1)
 
 
 def packed_attention(
@@ -96,33 +111,38 @@ def packed_attention(
     dropout: float = 0.0,
 ) -> torch.Tensor:
     """Attention over a packed row [1, H, L, D] (key, value [1, Hkv, L, D]) computed per
-    segment: the prefix causally, then each suffix, padded to [B, S], against the prefix and
-    itself. Same result as a block mask over the whole row, at the cost of B x S x (P + S)
-    scores instead of L^2. Returns [1, L, H, D]."""
-    prefix, index, valid = segments.prefix, segments.index, segments.valid
-    batch, width = index.shape
+    segment: the G prefixes causally (padded to [G, P]), then the B suffixes (padded to
+    [B, S]) against their block's prefix and themselves. Same result as the block mask over the
+    whole row at G x P^2 + B x S x (P + S) scores instead of L^2. Returns [1, L, H, D]."""
+    prefix_valid, valid, block = segments.prefix_valid, segments.valid, segments.block
+    groups, plen = prefix_valid.shape
+    batch, width = valid.shape
+    device = query.device
+    prefix_keys = _rows(key, segments.prefix_index)  # [G, Hkv, P, D]
+    prefix_values = _rows(value, segments.prefix_index)
+    causal = torch.ones(plen, plen, dtype=torch.bool, device=device).tril()
+    head_mask = (causal & prefix_valid[:, None, :])[:, None]  # [G, 1, P, P]
     head = _attend(
-        query[:, :, :prefix], key[:, :, :prefix], value[:, :, :prefix], None, scaling, dropout
+        _rows(query, segments.prefix_index), prefix_keys, prefix_values, head_mask, scaling, dropout
+    )  # [G, P, H, D]
+    own = torch.ones(width, width, dtype=torch.bool, device=device).tril() & valid[:, None, :]
+    seen = prefix_valid.index_select(0, block)[:, None, :].expand(batch, width, plen)
+    tail_mask = torch.cat([seen, own], dim=-1)[:, None]  # [B, 1, S, P + S]
+    keys = torch.cat([prefix_keys.index_select(0, block), _rows(key, segments.index)], dim=2)
+    values = torch.cat([prefix_values.index_select(0, block), _rows(value, segments.index)], dim=2)
+    tail = _attend(_rows(query, segments.index), keys, values, tail_mask, scaling, dropout)
+    heads, dim = tail.shape[2:]
+    flat = torch.cat(
+        [
+            head.reshape(groups * plen, heads, dim).index_select(0, _kept(prefix_valid)),
+            tail.reshape(batch * width, heads, dim).index_select(0, _kept(valid)),
+        ]
     )
+    return flat.index_select(0, segments.order).unsqueeze(0)  # [1, L, H, D]
 
-    # index_select, not advanced indexing: its backward is index_add_, which is several times
-    # faster on CPU than the accumulating index_put_ that x[:, index] differentiates to.
-    flat = index.reshape(-1)
 
-    def rows(x: torch.Tensor) -> torch.Tensor:  # [1, h, L, D] -> [B, h, S, D]
-        picked = x[0].index_select(1, flat)  # [h, B * S, D]
-        return picked.view(x.shape[1], batch, width, x.shape[-1]).transpose(0, 1)
-
-    def with_prefix(x: torch.Tensor) -> torch.Tensor:  # [1, h, L, D] -> [B, h, P + S, D]
-        return torch.cat([x[:, :, :prefix].expand(batch, -1, -1, -1), rows(x)], dim=2)
-
-    causal = torch.ones(width, width, dtype=torch.bool, device=query.device).tril()
-    own = causal & valid[:, None, :]  # [B, S, S]
-    mask = torch.cat([own.new_ones(batch, width, prefix), own], dim=-1)[:, None]  # [B,1,S,P+S]
-    tail = _attend(rows(query), with_prefix(key), with_prefix(value), mask, scaling, dropout)
-    kept = valid.reshape(-1).nonzero().squeeze(1)  # suffix tokens in packed order
-    tail = tail.reshape(batch * width, *tail.shape[2:]).index_select(0, kept)
-    return torch.cat([head[0], tail], dim=0).unsqueeze(0)  # [1, L, H, D]
+def _kept(valid: torch.Tensor) -> torch.Tensor:
+    return valid.reshape(-1).nonzero().squeeze(1)
 
 
 def _attend(
@@ -175,7 +195,7 @@ def attention_forward(
     causal = kwargs.get("is_causal", getattr(module, "is_causal", True)) is not False
     plain = causal and all(kwargs.get(name) is None for name in extras)
     segments = kwargs.pop("packed_segments", None)
-    if segments is not None and plain:  # a packed row (prefix_sharing.py): per segment
+    if segments is not None and plain:  # a packed row (packing.py): per segment
         scale = scaling if scaling is not None else dim**-0.5
         drop = dropout if module.training else 0.0
         return packed_attention(query, key, value, segments, scale, drop), None

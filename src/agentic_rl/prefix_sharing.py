@@ -1,23 +1,22 @@
-"""Shared-prefix forward: run the prompt that every row of a micro-batch shares only once.
+"""Shared-prefix forward: run the prompt that the rows of a micro-batch share only once.
 
 In GRPO-style training the G samples of a group start with the same prompt (system message,
 tool descriptions, question), often longer than the answers. A plain forward (and backward) pass
-recomputes that prompt G times. Two shared forms, both the same function of the weights as the
-plain forward (equal up to float rounding, tested), the prefix's cost down from B x P tokens to P:
+recomputes that prompt G times and pads every row to the longest. Two shared forms, both the
+same function of the weights as the plain forward (equal up to float rounding, tested):
 
-- packed: one row holding the prefix and then every suffix without its padding, position ids
-  restarting after the prefix for each suffix and a block mask (each suffix sees the prefix and
-  itself). With this project's attention (attention.py) the attention runs segment by segment
-  (B x S x (P + S) scores, as two passes would); with any other it is the block mask over the
-  whole row (L^2 scores). The linear layers see P + sum(S_i) tokens, no padding. On the bundled
-  model (bf16, 2 groups of 8 answers of ~50 tokens after an 85-token prompt) an update took
-  2.23 s instead of 2.59 s with two passes (measured side by side).
-- two passes: the prefix at batch size 1, its KV cache repeated for the B rows, then the B padded
-  suffixes against it; autograd carries every row's gradient back through the repeated cache.
+- packed (packing.py): the whole micro-batch as one row, each group's prompt once and every
+  answer without its padding; any number of groups. With this project's attention the attention
+  runs segment by segment (as two passes would); with any other it is a block mask over the row.
+- two passes: one prompt shared by every row runs at batch size 1, its KV cache is repeated for
+  the B rows, then the B padded suffixes run against it; autograd carries every row's gradient
+  back through the repeated cache into the single prefix pass.
 
-`_packing_pays` picks the cheaper form from token and attention-score counts. This is the idea of
-Prefix Grouper (shared-prefix forward for GRPO, 2025), applied to any micro-batch whose rows share
-a leading run of tokens.
+`choose_form` picks the cheapest of plain, packed and two passes from token and attention-score
+counts. Measured on the vs_trl batch (bundled model, bf16, 2 groups of 8 answers of ~50 tokens
+after ~85-token prompts, interleaved runs): two passes per group 2.59 s an update, packed per
+group 2.23 s; both groups in one packed micro-batch 1.97 s vs 2.10 s for one per group. This is
+the idea of Prefix Grouper (shared-prefix forward for GRPO, 2025), applied to any micro-batch.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from agentic_rl.attention import NAME as ATTENTION_NAME
-from agentic_rl.attention import PackedSegments
+from agentic_rl.packing import PackedLayout, pack_rows, packed_forward
 
 MIN_SHARED_TOKENS = 8
 """Below this many shared tokens the two-pass forward is not worth its overhead."""
@@ -64,21 +63,48 @@ def backbone_hidden(
 ) -> tuple[torch.Tensor, int]:
     """Last hidden states of `model`'s backbone, and the position the first of them belongs to.
 
-    Plain: hidden [B, T, H], offset 0. Shared (a prefix of P >= MIN_SHARED_TOKENS tokens found,
-    see `shared_prefix_length`): hidden [B, T - P + 1, H] for positions P - 1 .. T - 1, offset
-    P - 1; earlier positions are never needed to predict a wanted token. Right-padded rows only.
+    Plain or packed (packing.py): hidden [B, T, H], offset 0. Two passes (a prefix of
+    P >= MIN_SHARED_TOKENS tokens shared by every row, see `shared_prefix_length`): hidden
+    [B, T - P + 1, H] for positions P - 1 .. T - 1, offset P - 1; earlier positions are never
+    needed to predict a wanted token. `choose_form` picks the cheapest. Right-padded rows only.
     """
     backbone = getattr(model, model.base_model_prefix)
-    prefix = 0
     if share_prefix:
         mask = attention_mask.bool() if wanted is None else wanted.bool() & attention_mask.bool()
-        prefix = shared_prefix_length(input_ids, attention_mask, mask)
-    if prefix and _packing_pays(model, attention_mask, prefix):
-        return _packed_forward(backbone, input_ids, attention_mask, prefix), prefix - 1
-    if prefix and not _checkpointing(model):
-        # (HF turns the KV cache off under activation checkpointing in training mode.)
-        return _cached_prefix_forward(backbone, input_ids, attention_mask, prefix), prefix - 1
+        form, layout, prefix = choose_form(model, input_ids, attention_mask, mask)
+        if form == "packed" and layout is not None:
+            return packed_forward(backbone, layout, _segment_attention(model)), 0
+        if form == "two_pass":
+            return _cached_prefix_forward(backbone, input_ids, attention_mask, prefix), prefix - 1
     return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, 0
+
+
+def choose_form(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, wanted: torch.Tensor
+) -> tuple[str, PackedLayout | None, int]:
+    """The cheapest of "plain", "packed" and "two_pass" for this micro-batch, with the packed
+    layout and the shared prefix length. Cost per layer in units of 4 x hidden FLOPs: about
+    6 x hidden per token (the linear layers, ~12 hidden^2 parameters) plus 1 per attention score
+    (this project's attention computes a packed row segment by segment; any other attention
+    computes the whole L x L block-masked row). Packing is only for models whose every layer is
+    plain causal attention (a 4D mask replaces Transformers' own per-layer masks); two passes
+    need the KV cache, which Transformers turns off under activation checkpointing."""
+    config = getattr(model, "config", None)
+    batch, length = input_ids.shape
+    per_token = 6 * getattr(config, "hidden_size", 1024)
+    costs = {"plain": batch * length * per_token + batch * length * length}
+    layout = None
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    if all(kind == "full_attention" for kind in layer_types):
+        layout = pack_rows(input_ids, attention_mask, wanted)
+    if layout is not None:
+        scores = layout.attention_scores() if _segment_attention(model) else layout.tokens**2
+        costs["packed"] = layout.tokens * per_token + scores
+    prefix = shared_prefix_length(input_ids, attention_mask, wanted)
+    if prefix and not _checkpointing(model):
+        suffix = length - prefix
+        costs["two_pass"] = (prefix + batch * suffix) * per_token + batch * suffix * length
+    return min(costs, key=costs.__getitem__), layout, prefix
 
 
 def _cached_prefix_forward(
@@ -107,76 +133,6 @@ def _cached_prefix_forward(
         **{cache_kw: cache},
     ).last_hidden_state
     return torch.cat([head[:, -1:].expand(batch, -1, -1), tail], dim=1)
-
-
-def _packed_forward(
-    backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int
-) -> torch.Tensor:
-    """One pass over one packed row: the prefix, then every row's suffix without its padding.
-    A block mask lets each suffix token see the prefix and the earlier tokens of its own
-    suffix only, and position ids restart after the prefix for each suffix, so every state
-    equals the plain forward's. Returns hidden [B, T - P + 1, H] for positions P - 1 .. T - 1
-    (states at padding positions are arbitrary: nothing reads them)."""
-    batch, length = input_ids.shape
-    device = input_ids.device
-    lengths = attention_mask.sum(dim=1)
-    suffix = (lengths - prefix).tolist()
-    rows = [input_ids[b, prefix : prefix + n] for b, n in enumerate(suffix)]
-    packed_ids = torch.cat([input_ids[0, :prefix], *rows]).unsqueeze(0)
-    segment = torch.cat(
-        [torch.full((prefix,), -1, device=device)]
-        + [torch.full((n,), b, device=device) for b, n in enumerate(suffix)]
-    )
-    total = len(segment)
-    order = torch.arange(total, device=device)
-    starts = prefix + torch.cumsum(lengths - prefix, 0) - (lengths - prefix)  # [B]
-    positions = torch.where(segment < 0, order, order - starts[segment.clamp(min=0)] + prefix)
-    visible = (segment.unsqueeze(0) < 0) | (segment.unsqueeze(0) == segment.unsqueeze(1))
-    mask = (visible & (order.unsqueeze(1) >= order.unsqueeze(0)))[None, None]  # [1, 1, L, L]
-    extra = {}
-    if _segment_attention(backbone):  # attention per segment instead of over the whole row
-        width = max(suffix)
-        j = torch.arange(width, device=device)
-        valid = j < (lengths - prefix).unsqueeze(1)
-        index = torch.where(valid, starts.unsqueeze(1) + j, 0)
-        extra["packed_segments"] = PackedSegments(prefix, index, valid)
-    hidden = backbone(
-        input_ids=packed_ids, attention_mask=mask, position_ids=positions.unsqueeze(0), **extra
-    ).last_hidden_state[0]
-    cols = torch.arange(prefix - 1, length, device=device)  # [T - P + 1]
-    index = starts.unsqueeze(1) + (cols - prefix).unsqueeze(0)
-    index = torch.where(cols.unsqueeze(0) < prefix, prefix - 1, index)
-    index = torch.where(cols.unsqueeze(0) < lengths.unsqueeze(1), index, 0)
-    # (index_select: its backward, index_add_, is much faster on CPU than index_put_'s)
-    return hidden.index_select(0, index.reshape(-1)).view(*index.shape, hidden.shape[-1])
-
-
-def _packing_pays(model: nn.Module, attention_mask: torch.Tensor, prefix: int) -> bool:
-    """Is one packed row cheaper than the two-pass forward? Packing drops the padding of the
-    suffixes and the prefix pass, but its attention is quadratic in the packed length (the
-    block mask's zeros are still computed). Cost per layer in units of 4 x hidden FLOPs: about
-    6 x hidden per token (the linear layers, ~12 hidden^2 parameters) plus 1 per attention
-    score. Only for models whose every layer is plain causal attention (a 4D mask replaces
-    Transformers' own per-layer masks) and rows that are right-padded runs of ones."""
-    config = getattr(model, "config", None)
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if any(kind != "full_attention" for kind in layer_types) or not hasattr(config, "hidden_size"):
-        return False
-    lengths = attention_mask.sum(dim=1)
-    ones = torch.arange(attention_mask.shape[1], device=attention_mask.device) < lengths[:, None]
-    if not torch.equal(attention_mask.bool(), ones):
-        return False
-    batch, length = attention_mask.shape
-    per_token = 6 * config.hidden_size
-    packed = int(lengths.sum()) - (batch - 1) * prefix
-    two_pass_tokens = prefix + batch * (length - prefix)
-    two_pass_scores = batch * (length - prefix) * length
-    if _segment_attention(model):  # the same scores as two passes, minus the padding rows
-        width = int(lengths.max()) - prefix
-        packed_scores = prefix * prefix + batch * width * (prefix + width)
-    else:
-        packed_scores = packed * packed
-    return packed * per_token + packed_scores < two_pass_tokens * per_token + two_pass_scores
 
 
 def _segment_attention(model: nn.Module) -> bool:
