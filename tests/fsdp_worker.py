@@ -115,7 +115,9 @@ def named(policy: nn.Module, value_head: nn.Module | None) -> dict[str, torch.Te
 
 
 def run_case(name, overrides, base, rank, world_size, out) -> dict:
-    cfg = load_config(None, ["model.name=tiny", *overrides])
+    # fsdp2 never packs or shares the prompt (every process must run the same forwards), so
+    # the single-process reference runs the plain forward too: compare like with like
+    cfg = load_config(None, ["model.name=tiny", "model.share_prefix=false", *overrides])
     dp = DataParallel(cfg.learner, rank, world_size, torch.device("cpu"))
     single = models(cfg, base, None)
     sharded = models(cfg, base, dp)
