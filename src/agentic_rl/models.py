@@ -210,6 +210,7 @@ def token_logprobs(
     positions: torch.Tensor | None = None,
     share_prefix: bool = False,
     entropy_grad: bool = True,
+    keep_probs: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
 
@@ -217,9 +218,10 @@ def token_logprobs(
     positions whose logprobs are wanted (usually the loss mask): the vocabulary projection, about
     a fifth of the model's FLOPs per token, then runs on those tokens only. Returns (logprobs
     [B, T], entropy [B, T], hidden [B, T, H] or None), 0 at position 0 and outside `positions`.
-    The projection runs over `chunk_size` x B rows at a time; above KEPT_PROBS_BYTES the
-    backward pass recomputes a chunk's logits (vocab_logprobs.py), so peak memory stays at one
-    chunk of logits in the forward and the backward pass alike.
+    The projection runs over `chunk_size` x B rows at a time; the backward pass recomputes a
+    chunk's logits (vocab_logprobs.py), so peak memory stays at one chunk of logits in the
+    forward and the backward pass alike, unless `keep_probs` and the softmax of all wanted
+    tokens fits in KEPT_PROBS_BYTES: then it is kept instead (the single-process learner).
     share_prefix: run the leading tokens all rows share only once (prefix_sharing.py); ignored
     with `return_hidden` (the value head needs every position's state).
     entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
@@ -245,7 +247,11 @@ def token_logprobs(
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)
     # Small enough: keep the probabilities for the backward pass instead of recomputing them.
-    keep = len(rows) * weight.shape[0] * weight.element_size() <= KEPT_PROBS_BYTES
+    keep = (
+        keep_probs
+        and torch.is_grad_enabled()
+        and len(rows) * weight.shape[0] * weight.element_size() <= KEPT_PROBS_BYTES
+    )
     for start in range(0, len(rows), step):
         chunk = slice(start, start + step)
         lp, ent = vocab_logprobs(
