@@ -93,10 +93,17 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def our_config(
-    max_new_tokens: int, group_size: int, prompts: int, lr: float, precision: str = "fp32"
+    max_new_tokens: int,
+    group_size: int,
+    prompts: int,
+    lr: float,
+    precision: str = "fp32",
+    one_micro_batch: bool = False,
 ) -> Any:
     """The default recipe, single-turn, with this benchmark's sampling settings; precision
-    "bf16" turns on bf16 autocast in generation and in the update (float32 weights)."""
+    "bf16" turns on bf16 autocast in generation and in the update (float32 weights);
+    one_micro_batch: one forward/backward over all the step's completions (vs_trl: as TRL's
+    per-device batch), else the recipe's micro-batch size."""
     from agentic_rl.config import load_config
 
     mixed = "bf16" if precision == "bf16" else "no"
@@ -108,9 +115,6 @@ def our_config(
             f"rollout.max_total_tokens={max_new_tokens}",
             f"rollout.group_size={group_size}",
             f"rollout.tasks_per_step={prompts}",
-            # One forward/backward over all the step's completions, as TRL's
-            # per_device_train_batch_size = prompts x group size (packed: prompts once, no pad)
-            f"optim.micro_batch_size={prompts * group_size}",
             "rollout.temperature=1.0",
             "rollout.top_p=1.0",
             f"optim.lr={lr}",
@@ -118,6 +122,9 @@ def our_config(
             "algo.epochs=1",
             f"rollout.mixed_precision={mixed}",
             f"learner.mixed_precision={mixed}",
+            # TRL's per_device_train_batch_size = prompts x group size (ours packs them: each
+            # prompt once, no padding)
+            *([f"optim.micro_batch_size={prompts * group_size}"] if one_micro_batch else []),
         ],
     )
 
@@ -215,7 +222,14 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentic_rl.rollout.chat import encode_prompt
 
     torch.manual_seed(SEED)
-    cfg = our_config(args.max_new_tokens, args.group_size, args.prompts, args.lr, args.precision)
+    cfg = our_config(
+        args.max_new_tokens,
+        args.group_size,
+        args.prompts,
+        args.lr,
+        args.precision,
+        one_micro_batch=True,
+    )
     model_cfg = ModelConfig(dtype="float32", fast_cpu_attention=not args.sdpa_only)
     model, tokenizer = load_policy(model_cfg, seed=SEED)
     rss_loaded = rss_mib()

@@ -51,7 +51,9 @@ FORMS = ["packed, per segment", "packed, block mask", "two passes"]
 def _force(form: str, monkeypatch) -> None:
     original = prefix_sharing.choose_form
     name = "two_pass" if form == "two passes" else "packed"
-    monkeypatch.setattr(prefix_sharing, "choose_form", lambda *a: (name, *original(*a)[1:]))
+    monkeypatch.setattr(
+        prefix_sharing, "choose_form", lambda *a, **k: (name, *original(*a, **k)[1:])
+    )
 
 
 @pytest.mark.parametrize(
@@ -186,13 +188,30 @@ def test_choose_form_by_hand(tiny) -> None:
     assert prefix_sharing.choose_form(model, ids, attn, wanted)[1] is None
 
 
-def test_value_head_states_disable_sharing() -> None:
-    ids, attn, mask = _rows(prefix_len=20, suffix_lens=[4, 4])
+def test_value_head_states_are_every_positions_plain_state(monkeypatch) -> None:
+    """A value head reads every position's state: sharing packs (never two passes, which have
+    no states before the prompt's end) and gives the plain forward's states."""
+    ids, attn, mask = _rows(prefix_len=20, suffix_lens=[4, 9, 2])
     model = tiny_model(VOCAB, seed=1)
-    _, _, hidden = token_logprobs(
-        model, ids, attn, positions=mask > 0, return_hidden=True, share_prefix=True
-    )
-    assert hidden is not None and hidden.shape[:2] == ids.shape  # every position's state
+    use_fast_cpu_attention(model)
+    forms: list[str] = []
+    original = prefix_sharing.choose_form
+
+    def spy(*args, **kwargs):
+        forms.append(result := original(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(prefix_sharing, "choose_form", spy)
+    states = []
+    for share in (False, True):
+        _, _, hidden = token_logprobs(
+            model, ids, attn, positions=mask > 0, return_hidden=True, share_prefix=share
+        )
+        assert hidden is not None and hidden.shape[:2] == ids.shape  # every position's state
+        states.append(hidden.detach())
+    assert [f[0] for f in forms] == ["packed"]
+    real = attn.bool()
+    torch.testing.assert_close(states[1][real], states[0][real], atol=1e-5, rtol=1e-5)
 
 
 def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:

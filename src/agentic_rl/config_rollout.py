@@ -20,10 +20,11 @@ class ModelConfig:
     """Sequence positions per chunk when computing token logprobs; the [B, T, vocab] logits
     tensor is never materialised for the whole batch."""
     share_prefix: bool = True
-    """Learner passes run the leading tokens that all rows of a micro-batch share (a group's
-    prompt) once and reuse their KV for every row: same numbers, the prompt's cost paid once
-    instead of G times. Micro-batches are then formed group by group. Off under
-    gradient_checkpointing and for PPO's value head, which need every position's state."""
+    """Learner passes run each micro-batch as one packed row: the prompt a group's rows share
+    once, every answer without padding (packing.py), or, where cheaper, the shared prompt once
+    with its KV reused for every row (prefix_sharing.py): same numbers, the prompt's cost paid
+    once instead of G times. Micro-batches are formed group by group. Off for PPO's value head,
+    which needs every position's state, and under learner.strategy=fsdp2."""
     fast_cpu_attention: bool = True
     """bfloat16 attention on CPU over at most 256 x 256 positions runs as two matmuls instead
     of PyTorch's fused SDPA kernel, which is slow in bfloat16 on CPU (attention.py); same

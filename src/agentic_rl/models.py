@@ -222,8 +222,8 @@ def token_logprobs(
     chunk's logits (vocab_logprobs.py), so peak memory stays at one chunk of logits in the
     forward and the backward pass alike, unless `keep_probs` and the softmax of all wanted
     tokens fits in KEPT_PROBS_BYTES: then it is kept instead (the single-process learner).
-    share_prefix: run the leading tokens all rows share only once (prefix_sharing.py); ignored
-    with `return_hidden` (the value head needs every position's state).
+    share_prefix: run the leading tokens all rows share only once (prefix_sharing.py): packed
+    rows, or two passes unless `return_hidden` (the value head needs every position's state).
     entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
@@ -235,7 +235,7 @@ def token_logprobs(
     wanted = wanted.clone()
     wanted[:, 0] = False  # nothing predicts the first token
     hidden, offset = backbone_hidden(
-        model, input_ids, attention_mask, wanted, share_prefix and not return_hidden
+        model, input_ids, attention_mask, wanted, share_prefix, every_position=return_hidden
     )
     # Read after the forward: under FSDP2 the root's weights are gathered only by then.
     weight = model.get_output_embeddings().weight

@@ -60,18 +60,22 @@ def backbone_hidden(
     attention_mask: torch.Tensor,
     wanted: torch.Tensor | None = None,
     share_prefix: bool = False,
+    every_position: bool = False,
 ) -> tuple[torch.Tensor, int]:
     """Last hidden states of `model`'s backbone, and the position the first of them belongs to.
 
     Plain or packed (packing.py): hidden [B, T, H], offset 0. Two passes (a prefix of
     P >= MIN_SHARED_TOKENS tokens shared by every row, see `shared_prefix_length`): hidden
     [B, T - P + 1, H] for positions P - 1 .. T - 1, offset P - 1; earlier positions are never
-    needed to predict a wanted token. `choose_form` picks the cheapest. Right-padded rows only.
+    needed to predict a wanted token. `choose_form` picks the cheapest; `every_position` (a value
+    head reads every position's state) rules out the two-pass form. Right-padded rows only.
     """
     backbone = getattr(model, model.base_model_prefix)
     if share_prefix:
         mask = attention_mask.bool() if wanted is None else wanted.bool() & attention_mask.bool()
-        form, layout, prefix = choose_form(model, input_ids, attention_mask, mask)
+        form, layout, prefix = choose_form(
+            model, input_ids, attention_mask, mask, two_pass=not every_position
+        )
         if form == "packed" and layout is not None:
             return packed_forward(backbone, layout, _segment_attention(model)), 0
         if form == "two_pass":
@@ -80,7 +84,11 @@ def backbone_hidden(
 
 
 def choose_form(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, wanted: torch.Tensor
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    wanted: torch.Tensor,
+    two_pass: bool = True,
 ) -> tuple[str, PackedLayout | None, int]:
     """The cheapest of "plain", "packed" and "two_pass" for this micro-batch, with the packed
     layout and the shared prefix length. Cost per layer in units of 4 x hidden FLOPs: about
@@ -88,7 +96,8 @@ def choose_form(
     (this project's attention computes a packed row segment by segment; any other attention
     computes the whole L x L block-masked row). Packing is only for models whose every layer is
     plain causal attention (a 4D mask replaces Transformers' own per-layer masks); two passes
-    need the KV cache, which Transformers turns off under activation checkpointing."""
+    need the KV cache, which Transformers turns off under activation checkpointing, and give
+    no states before the prefix's last position (`two_pass=False` rules them out)."""
     config = getattr(model, "config", None)
     batch, length = input_ids.shape
     per_token = 6 * getattr(config, "hidden_size", 1024)
@@ -101,7 +110,7 @@ def choose_form(
         scores = layout.attention_scores() if _segment_attention(model) else layout.tokens**2
         costs["packed"] = layout.tokens * per_token + scores
     prefix = shared_prefix_length(input_ids, attention_mask, wanted)
-    if prefix and not _checkpointing(model):
+    if prefix and two_pass and not _checkpointing(model):
         suffix = length - prefix
         costs["two_pass"] = (prefix + batch * suffix) * per_token + batch * suffix * length
     return min(costs, key=costs.__getitem__), layout, prefix
