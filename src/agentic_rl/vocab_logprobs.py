@@ -19,7 +19,7 @@ its whole forward before a generic backward). The softmax algebra runs over ROWS
 at a time so that its passes stay in cache.
 
 Measured on the vs_trl batch (bundled model, bf16, 2 micro-batches of ~400 answer tokens,
-interleaved runs): replacing checkpointing by this function 2.88 -> 2.83 s a update (noise);
+interleaved runs): replacing checkpointing by this function 2.88 -> 2.83 s an update (noise);
 keeping p 2.48 -> 2.39 s; one weight cast per call and row blocks brought the update to ~2.1 s.
 
 The products run in the weight's dtype in both passes (under autocast, `token_logprobs` passes
