@@ -268,3 +268,22 @@ def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
         torch.testing.assert_close(p1, p0, atol=1e-5, rtol=1e-4)
         changed |= not torch.equal(p0, p)
     assert changed
+
+
+def test_packed_rows_under_activation_checkpointing() -> None:
+    """Checkpointed layers recompute the packed row (the segments travel with the layer's
+    keyword arguments): the same gradients as the plain checkpointed forward."""
+    ids, attn, mask = _rows(prefix_len=16, suffix_lens=[5, 2, 7])
+    grads = []
+    for share in (False, True):
+        model = tiny_model(VOCAB, seed=1)
+        use_fast_cpu_attention(model)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        lp, _, _ = token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=share)
+        (lp * mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    wanted = (mask > 0) & attn.bool()
+    assert prefix_sharing.choose_form(model, ids, attn, wanted)[0] == "packed"
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4, msg=name)

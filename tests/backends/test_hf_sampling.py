@@ -75,3 +75,25 @@ def test_bf16_copy_follows_weight_updates(tiny, tokenizer) -> None:
     generator.generate([[1, 2, 3]], params)
     for p16, p32 in zip(low.parameters(), model.parameters(), strict=True):
         assert torch.equal(p16, p32.to(torch.bfloat16))
+
+
+def test_bf16_copy_follows_an_optimizer_step_of_the_project(tiny, tokenizer) -> None:
+    """The generator notices new weights by the parameters' in-place version counters; the
+    fused AdamW kernel does not bump them by itself (learner.adamw does): after a step the bf16
+    copy must hold the new weights, and its samples must follow them."""
+    from agentic_rl.learner import adamw
+
+    model = copy.deepcopy(tiny)
+    generator = HFGenerator(model, tokenizer, max_batch_size=4, mixed_precision="bf16")
+    params = SamplingParams(max_new_tokens=3, temperature=0.0, stop=[])
+    generator.generate([[1, 2, 3]], params)
+    optimizer = adamw(list(model.parameters()), lr=0.5)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer.step()
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    generator.generate([[1, 2, 3]], params)
+    low = generator._compute_model()
+    for p16, p32 in zip(low.parameters(), model.parameters(), strict=True):
+        assert torch.equal(p16, p32.to(torch.bfloat16))
