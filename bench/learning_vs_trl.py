@@ -93,7 +93,10 @@ def run_ours(args: argparse.Namespace, train: list, held_out: list) -> dict[str,
     from agentic_rl.rollout.chat import encode_prompt
 
     torch.manual_seed(SEED)
-    cfg = our_config(64, args.group_size, args.prompts, args.lr, args.precision)
+    # one micro-batch for the step's 2 x 8 completions, as TRL's per-device batch
+    cfg = our_config(
+        64, args.group_size, args.prompts, args.lr, args.precision, one_micro_batch=True
+    )
     model, tokenizer = load_policy(ModelConfig(dtype="float32"), seed=SEED)
     before = evaluate(model, tokenizer, held_out)
     generator = HFGenerator(

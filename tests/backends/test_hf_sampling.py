@@ -97,3 +97,18 @@ def test_bf16_copy_follows_an_optimizer_step_of_the_project(tiny, tokenizer) -> 
     low = generator._compute_model()
     for p16, p32 in zip(low.parameters(), model.parameters(), strict=True):
         assert torch.equal(p16, p32.to(torch.bfloat16))
+
+
+def test_update_weights_refreshes_the_bf16_copy_without_a_version_change(tiny, tokenizer):
+    """The trainer's explicit sync (`update_weights(None)`) re-casts the copy even when the
+    weights changed without touching the version counters (a write through `.data`)."""
+    model = copy.deepcopy(tiny)
+    generator = HFGenerator(model, tokenizer, max_batch_size=4, mixed_precision="bf16")
+    params = SamplingParams(max_new_tokens=2, temperature=0.0, stop=[])
+    generator.generate([[1, 2, 3]], params)
+    for p in model.parameters():
+        p.data.add_(0.25)  # no version bump
+    generator.update_weights(None)
+    generator.generate([[1, 2, 3]], params)
+    for p16, p32 in zip(generator._compute_model().parameters(), model.parameters(), strict=True):
+        assert torch.equal(p16, p32.to(torch.bfloat16))

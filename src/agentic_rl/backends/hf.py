@@ -122,8 +122,11 @@ class HFGenerator:
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
         """Take new weights (a state dict, or None when the model object is shared with the
-        learner and already updated in place). Either way cached KV is now stale."""
+        learner and already updated in place). Either way cached KV is now stale, and so is the
+        bf16 copy: it is re-cast at the next forward even if no version counter moved (an
+        in-place write through `.data` or a fused kernel does not move them)."""
         self._kv_store = {}
+        self._bf16_version = -1
         if state is not None:
             self.model.load_state_dict(dict(state), strict=False)
 
