@@ -96,41 +96,38 @@ def test_same_logprobs_entropy_and_gradients_as_the_plain_forward(form, groups, 
         torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+def _backbone_inputs(model, monkeypatch) -> list[tuple[int, ...]]:
+    """The shapes of the input ids every backbone forward of `model` receives, from now on."""
+    seen: list[tuple[int, ...]] = []
+    original = model.model.forward
+
+    @functools.wraps(original)  # keeps the signature the cache keyword is read from
+    def counting(*args, **kwargs):
+        seen.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model.model, "forward", counting)
+    return seen
+
+
 def test_the_prefix_runs_once(monkeypatch) -> None:
     """Counted, not timed: the backbone sees P + B * S tokens instead of B * (P + S). Equal
     suffixes (no padding to drop): the two-pass form is the cheaper one here."""
     ids, attn, mask = _rows(prefix_len=30, suffix_lens=[6, 6, 6, 6])
     model = tiny_model(VOCAB, seed=1)
-    seen: list[int] = []
-    backbone = model.model
-    original = backbone.forward
-
-    @functools.wraps(original)  # keeps the signature the cache keyword is read from
-    def counting(*args, **kwargs):
-        seen.append(int(kwargs["input_ids"].numel()))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(backbone, "forward", counting)
+    seen = _backbone_inputs(model, monkeypatch)
     token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
-    assert seen == [30, 4 * 6]
+    assert seen == [(1, 30), (4, 6)]
     seen.clear()
     token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=False)
-    assert seen == [4 * 36]
+    assert seen == [(4, 36)]
 
 
 def test_packed_row_drops_the_padding(monkeypatch) -> None:
     """Counted: uneven suffixes run as one row of P + sum(S_i) tokens, no padding, one pass."""
     ids, attn, mask = _rows(prefix_len=30, suffix_lens=[2, 9, 4, 3])
     model = tiny_model(VOCAB, seed=1)
-    seen: list[tuple[int, ...]] = []
-    original = model.model.forward
-
-    @functools.wraps(original)
-    def counting(*args, **kwargs):
-        seen.append(tuple(kwargs["input_ids"].shape))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model.model, "forward", counting)
+    seen = _backbone_inputs(model, monkeypatch)
     token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
     assert seen == [(1, 30 + 2 + 9 + 4 + 3)]
 
@@ -145,15 +142,7 @@ def test_two_groups_pack_into_one_row(monkeypatch) -> None:
     ids, attn, mask = (torch.cat([a, b]) for a, b in zip((ids, attn, mask), pad, strict=True))
     model = tiny_model(VOCAB, seed=1)
     use_fast_cpu_attention(model)
-    seen: list[tuple[int, ...]] = []
-    original = model.model.forward
-
-    @functools.wraps(original)
-    def counting(*args, **kwargs):
-        seen.append(tuple(kwargs["input_ids"].shape))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model.model, "forward", counting)
+    seen = _backbone_inputs(model, monkeypatch)
     token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=True)
     assert seen == [(1, 30 + 2 + 9 + 12 + 4 + 3)]
 
