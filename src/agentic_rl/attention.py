@@ -155,10 +155,7 @@ def _attend(
 ) -> torch.Tensor:
     """grouped_attention where the matmul form is the faster one (see attention_forward),
     else PyTorch's SDPA. Returns [B, Tq, H, D]."""
-    batch, heads, q_len, _ = query.shape
-    keys = key.shape[2]
-    small = q_len * keys <= MAX_MATH_QUERY_KEYS and batch * heads * q_len * keys <= MAX_MATH_SCORES
-    if query.device.type == "cpu" and _bfloat16(query) and small:
+    if _matmul_pays(query, key):
         return grouped_attention(query, key, value, mask, scaling, dropout)
     out = nn.functional.scaled_dot_product_attention(
         query,
@@ -186,26 +183,30 @@ def attention_forward(
     """A Transformers attention function (the `AttentionInterface` signature)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    batch, heads, q_len, dim = query.shape
-    keys = key.shape[2]
-    small = q_len * keys <= MAX_MATH_QUERY_KEYS and batch * heads * q_len * keys <= MAX_MATH_SCORES
     # Only plain causal attention: biases, soft-capping, sinks and bidirectional layers go to
     # SDPA (or fail there with Transformers' own message).
     extras = ("position_bias", "softcap", "s_aux")
     causal = kwargs.get("is_causal", getattr(module, "is_causal", True)) is not False
     plain = causal and all(kwargs.get(name) is None for name in extras)
     segments = kwargs.pop("packed_segments", None)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    drop = dropout if module.training else 0.0
     if segments is not None and plain:  # a packed row (packing.py): per segment
-        scale = scaling if scaling is not None else dim**-0.5
-        drop = dropout if module.training else 0.0
         return packed_attention(query, key, value, segments, scale, drop), None
-    if query.device.type == "cpu" and _bfloat16(query) and small and plain:
-        scale = scaling if scaling is not None else dim**-0.5
-        drop = dropout if module.training else 0.0
+    if plain and _matmul_pays(query, key):
         return grouped_attention(query, key, value, attention_mask, scale, drop), None
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
     )
+
+
+def _matmul_pays(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """The matmul form's domain: bfloat16 on CPU, at most MAX_MATH_QUERY_KEYS query x key
+    positions per head and MAX_MATH_SCORES scores in all."""
+    batch, heads, q_len, _ = query.shape
+    scores = q_len * key.shape[2]
+    small = scores <= MAX_MATH_QUERY_KEYS and batch * heads * scores <= MAX_MATH_SCORES
+    return query.device.type == "cpu" and _bfloat16(query) and small
 
 
 def _bfloat16(query: torch.Tensor) -> bool:
