@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from agentic_rl.config import load_config
-from agentic_rl.trainer import train
+from agentic_rl.config.load import load_config
+from agentic_rl.train.loop import train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "async_staleness.json"
 

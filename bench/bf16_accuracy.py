@@ -88,7 +88,7 @@ def decode_ms(
 @contextlib.contextmanager
 def attention(model: torch.nn.Module, name: str) -> Any:
     """Run `model` on the attention implementation `name` ("sdpa" or "matmul") meanwhile."""
-    from agentic_rl.attention import NAME, use_fast_cpu_attention
+    from agentic_rl.model.attention import NAME, use_fast_cpu_attention
 
     before = model.config._attn_implementation
     model.config._attn_implementation = "sdpa"
@@ -102,7 +102,7 @@ def attention(model: torch.nn.Module, name: str) -> Any:
 
 
 def train_pass_s(model: torch.nn.Module, ctx: Callable[[], Any]) -> float:
-    from agentic_rl.models import token_logprobs
+    from agentic_rl.model.load import token_logprobs
 
     ids = torch.randint(100, 20_000, (8, 150), generator=torch.Generator().manual_seed(1))
     model.train()
@@ -132,9 +132,9 @@ def error_stats(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
 
 
 def main() -> None:
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.models import load_policy
-    from agentic_rl.rollout.chat import encode_prompt
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import load_policy
+    from agentic_rl.rollout.formats.chat import encode_prompt
 
     torch.manual_seed(0)
     model, tokenizer = load_policy(ModelConfig(dtype="float32"))

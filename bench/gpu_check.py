@@ -30,7 +30,7 @@ import torch
 
 def compare(setup, hf_model, prompts, params) -> dict:
     """vLLM behaviour logprobs vs the HF model's logprobs of the very same tokens."""
-    from agentic_rl.models import token_logprobs
+    from agentic_rl.model.load import token_logprobs
 
     completions = setup.generator.generate(prompts, params)
     diffs = []
@@ -74,11 +74,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from agentic_rl.backends.base import sync_weights
-    from agentic_rl.config import load_config
+    from agentic_rl.config.load import load_config
     from agentic_rl.envs.from_config import make_envs
-    from agentic_rl.lora import unwrap
-    from agentic_rl.rollout.chat import encode_prompt
-    from agentic_rl.trainer import build, rollout
+    from agentic_rl.model.lora import unwrap
+    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.train.loop import build, rollout
     from agentic_rl.types import SamplingParams
 
     overrides = [

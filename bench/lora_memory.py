@@ -47,11 +47,13 @@ def run_variant(args: argparse.Namespace) -> dict:
     import torch
 
     baseline = rss_mb()
-    from agentic_rl.batch_filters import Episodes
-    from agentic_rl.config import load_config
-    from agentic_rl.learner import update
-    from agentic_rl.lora import parameter_counts
-    from agentic_rl.trainer import build, make_optimizer, prepare_batch
+    from agentic_rl.config.load import load_config
+    from agentic_rl.learner.update import update
+    from agentic_rl.model.lora import parameter_counts
+    from agentic_rl.train.batch import prepare_batch
+    from agentic_rl.train.loop import build
+    from agentic_rl.train.setup import make_optimizer
+    from agentic_rl.train.shaping import Episodes
     from agentic_rl.types import Task, Trajectory
 
     overrides = [

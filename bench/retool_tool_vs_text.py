@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from agentic_rl.config import load_config
-from agentic_rl.trainer import train
+from agentic_rl.config.load import load_config
+from agentic_rl.train.loop import train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "retool_tool_vs_text.json"
 ARMS = {

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool
 from agentic_rl.tools.sandbox.client import SandboxClient
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 from agentic_rl.tools.sandbox.server import SandboxServer
 
 LIMITS = SandboxLimits(timeout_s=10.0, memory_mb=1024, nproc=32)

@@ -125,9 +125,9 @@ def main() -> None:
     import torch
 
     from agentic_rl.backends.hf import HFGenerator
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.models import load_policy
-    from agentic_rl.rollout.chat import encode_prompt
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import load_policy
+    from agentic_rl.rollout.formats.chat import encode_prompt
 
     wall0 = time.perf_counter()
     torch.manual_seed(SEED)

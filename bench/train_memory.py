@@ -30,9 +30,10 @@ ROWS, LENGTH, PROMPT = 16, 512, 64
 def child(micro: int, checkpointing: bool, foreach: bool) -> dict[str, float]:
     import torch
 
-    from agentic_rl.config import load_config
-    from agentic_rl.learner import collate, compute_advantages, update
-    from agentic_rl.models import load_policy
+    from agentic_rl.config.load import load_config
+    from agentic_rl.learner.batch import collate
+    from agentic_rl.learner.update import compute_advantages, update
+    from agentic_rl.model.load import load_policy
     from agentic_rl.types import Trajectory
 
     cfg = load_config(

@@ -3,7 +3,7 @@
 One run measures both, each framework in its own child process (so peak RSS is separable):
 
 - model: the bundled SmolLM2-135M-Instruct, fp32, loaded from the safetensors cache
-  (`agentic_rl.models.bundled_model_dir()`); TRL loads that directory by path.
+  (`agentic_rl.model.load.bundled_model_dir()`); TRL loads that directory by path.
 - prompts: the opening messages (system + question) of `search_qa` training tasks, rendered by
   the model's chat template (both sides get token-identical prompts; the TRL child checks it).
   Step s uses tasks 2s and 2s+1 on both sides (TRL's dataset is not shuffled).
@@ -104,7 +104,7 @@ def our_config(
     "bf16" turns on bf16 autocast in generation and in the update (float32 weights);
     one_micro_batch: one forward/backward over all the step's completions (vs_trl: as TRL's
     per-device batch), else the recipe's micro-batch size."""
-    from agentic_rl.config import load_config
+    from agentic_rl.config.load import load_config
 
     mixed = "bf16" if precision == "bf16" else "no"
     return load_config(
@@ -143,8 +143,9 @@ def our_step(
     update. Returns timings and counts. `reward_fn(row, text)`, row = index among the step's
     prompt_ids x group_size completions (row // group_size is the prompt); default: parity of
     the text length."""
-    from agentic_rl.learner import collate_episodes, compute_advantages
-    from agentic_rl.learner import update as learner_update
+    from agentic_rl.learner.batch import collate_episodes
+    from agentic_rl.learner.update import compute_advantages
+    from agentic_rl.learner.update import update as learner_update
     from agentic_rl.types import SamplingParams, Trajectory
 
     group_size, max_new = cfg.rollout.group_size, cfg.rollout.max_tokens_per_turn
@@ -202,7 +203,7 @@ def our_step(
 def make_optimizer(cfg: Any, model: Any) -> Any:
     """AdamW over the policy's parameters, as `trainer.make_optimizer` builds it."""
 
-    from agentic_rl.learner import adamw
+    from agentic_rl.learner.update import adamw
 
     params = [p for p in model.parameters() if p.requires_grad]
     return adamw(
@@ -217,9 +218,9 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agentic_rl.backends.hf import HFGenerator
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.models import load_policy
-    from agentic_rl.rollout.chat import encode_prompt
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import load_policy
+    from agentic_rl.rollout.formats.chat import encode_prompt
 
     torch.manual_seed(SEED)
     cfg = our_config(
@@ -339,9 +340,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.models import bundled_model_dir, load_tokenizer
-    from agentic_rl.rollout.chat import encode_prompt
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import bundled_model_dir, load_tokenizer
+    from agentic_rl.rollout.formats.chat import encode_prompt
 
     torch.manual_seed(SEED)
     model_path = str(bundled_model_dir(ModelConfig()))

@@ -165,10 +165,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"episodes": episodes}
 
     # In-process: the same service `agentic-rl serve-policy` runs, plus one update here.
-    from agentic_rl.config import load_config
+    from agentic_rl.config.load import load_config
     from agentic_rl.retrieval.server import BackgroundServer
     from agentic_rl.serving.policy_server import PolicyService, create_app
-    from agentic_rl.trainer import build
+    from agentic_rl.train.loop import build
 
     model = "smollm2-135m" if args.bundled else "tiny"
     overrides = [f"model.name={model}", f"trainer.out_dir={args.out}", "optim.lr=1e-4"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from agentic_rl.envs import ENVS, TASKS, check_env
-from agentic_rl.envs.base import ToolEnv
+from agentic_rl.envs import ENVS, TASKS
+from agentic_rl.envs.base import ToolEnv, check_env
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import FunctionTool, ToolError
 from agentic_rl.types import Task
@@ -74,8 +74,8 @@ def main() -> None:
     ENVS["dictionary"] = DictionaryEnv
     TASKS["dictionary"] = make_tasks
 
-    from agentic_rl import config
-    from agentic_rl.trainer import train
+    from agentic_rl.config import load as config
+    from agentic_rl.train.loop import train
 
     overrides = ["env.name=dictionary", "trainer.run_name=dictionary", "trainer.out_dir=runs"]
     if not args.bundled:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.config import ModelConfig
-from agentic_rl.models import load_tokenizer, tiny_model
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import load_tokenizer, tiny_model
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

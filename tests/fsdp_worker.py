@@ -22,11 +22,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config import ModelConfig, load_config
-from agentic_rl.fsdp import DataParallel, ShardedGenerator, init_process_group
-from agentic_rl.fsdp_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
-from agentic_rl.learner import collate, compute_advantages, forward_no_grad, update
-from agentic_rl.models import ValueHead, frozen_copy, load_tokenizer, tiny_model
+from agentic_rl.checkpoint.sharded import load_sharded_checkpoint, save_sharded_checkpoint
+from agentic_rl.config.load import load_config
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.learner.batch import collate
+from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.model.load import ValueHead, frozen_copy, load_tokenizer, tiny_model
+from agentic_rl.scale.fsdp import DataParallel, ShardedGenerator, init_process_group
 from agentic_rl.types import SamplingParams, Trajectory
 
 CASES = {

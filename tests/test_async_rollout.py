@@ -11,15 +11,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.async_rollout import VersionedGenerator, correct_stale, staleness_metrics
-from agentic_rl.batch_filters import Episodes
-from agentic_rl.config import ConfigError, load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.learner import collate, compute_advantages, forward_no_grad, update
-from agentic_rl.models import token_logprobs
-from agentic_rl.rollout.chat import make_chat_format
+from agentic_rl.learner.batch import collate
+from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.model.load import token_logprobs
+from agentic_rl.rollout.formats.chat import make_chat_format
 from agentic_rl.rollout.loop import policy_actor, run_episodes
+from agentic_rl.scale.async_rollout import VersionedGenerator, correct_stale, staleness_metrics
+from agentic_rl.train import loop as trainer
+from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Trajectory
 
 

@@ -9,15 +9,11 @@ import math
 import pytest
 import torch
 
-from agentic_rl import attention
-from agentic_rl.attention import (
-    grouped_attention,
-    packed_attention,
-    use_fast_cpu_attention,
-)
-from agentic_rl.config import load_config
-from agentic_rl.models import load_policy, token_logprobs
-from agentic_rl.packing import pack_rows
+from agentic_rl.config.load import load_config
+from agentic_rl.model import attention
+from agentic_rl.model.attention import grouped_attention, packed_attention, use_fast_cpu_attention
+from agentic_rl.model.load import load_policy, token_logprobs
+from agentic_rl.model.packing import pack_rows
 
 
 def _reference(q, k, v, mask):
@@ -149,8 +145,8 @@ def test_a_model_pickled_into_a_fresh_process_still_generates(tmp_path) -> None:
     script = (
         "import torch\n"
         "from agentic_rl.backends.hf import HFGenerator\n"
-        "from agentic_rl.config import ModelConfig\n"
-        "from agentic_rl.models import load_tokenizer\n"
+        "from agentic_rl.config.load import ModelConfig\n"
+        "from agentic_rl.model.load import load_tokenizer\n"
         "from agentic_rl.types import SamplingParams\n"
         f"model = torch.load({str(tmp_path / 'model.pt')!r}, weights_only=False)\n"
         "gen = HFGenerator(model, load_tokenizer(ModelConfig()), mixed_precision='bf16')\n"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agentic_rl import batch_filters as bf
-from agentic_rl.batch_filters import Episodes
+from agentic_rl.train import shaping as bf
+from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Task, Trajectory
 
 

@@ -1,4 +1,4 @@
-"""Tests for agentic_rl.checkpoint: round trip, tied weights, pruning, atomicity, errors."""
+"""Tests for agentic_rl.checkpoint.io: round trip, tied weights, pruning, atomicity, errors."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from agentic_rl import checkpoint as ckpt
-from agentic_rl.checkpoint import (
-    COMPLETE_MARKER,
+from agentic_rl.checkpoint.io import (
     CheckpointError,
     CheckpointWriteError,
-    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
+from agentic_rl.checkpoint import io as ckpt
+from agentic_rl.checkpoint.layout import COMPLETE_MARKER, latest_checkpoint
 
 
 class TiedLM(nn.Module):

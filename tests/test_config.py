@@ -2,13 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from agentic_rl.config import (
-    Config,
-    ConfigError,
-    load_config,
-    parse_override,
-    resolve_recipe,
-)
+from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.parse import ConfigError, parse_override, resolve_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from agentic_rl.config import ConfigError, load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 
 GSPO = ["algo.policy_loss=gspo", "algo.clip_high=0.2"]  # the default recipe sets clip_high 0.28
 STEP = ["rollout.mode=step"]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from agentic_rl.config import SMOKE_OVERRIDES, ConfigError, load_config
+from agentic_rl.config.load import SMOKE_OVERRIDES, load_config
+from agentic_rl.config.parse import ConfigError
 
 
 def test_a_recipe_smoke_section_comes_after_the_shared_overrides(tmp_path):

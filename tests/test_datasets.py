@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from agentic_rl.datasets import (
+from agentic_rl.envs.multihop import make_multihop_tasks
+from agentic_rl.envs.task_files import (
     DatasetError,
     load_tasks,
     row_to_task,
     task_to_row,
     write_jsonl,
 )
-from agentic_rl.envs.multihop import make_multihop_tasks
 
 SEARCH_R1_ROW = {
     "id": "train_0",

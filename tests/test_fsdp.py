@@ -17,15 +17,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentic_rl import models
-from agentic_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.export import export_checkpoint
+from agentic_rl.checkpoint.io import CheckpointError, load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.sharded import check_layout, load_sharded_checkpoint
 from agentic_rl.cli import main as cli_main
-from agentic_rl.config import ConfigError, ModelConfig, load_config
-from agentic_rl.export import export_checkpoint
-from agentic_rl.fsdp import init_process_group
-from agentic_rl.fsdp_checkpoint import check_layout, load_sharded_checkpoint
-from agentic_rl.models import load_policy, tiny_model, token_logprobs
-from agentic_rl.trainer import train
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model import load as models
+from agentic_rl.model.load import load_policy, tiny_model, token_logprobs
+from agentic_rl.scale.fsdp import init_process_group
+from agentic_rl.train.loop import train
 
 WORKER = Path(__file__).parent / "fsdp_worker.py"
 TOL = 1e-5  # float32, different summation order across two processes

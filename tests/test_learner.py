@@ -3,8 +3,10 @@ import copy
 import pytest
 import torch
 
-from agentic_rl.config import ConfigError, load_config
-from agentic_rl.learner import collate, compute_advantages, unmask_observations, update
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner.batch import collate, unmask_observations
+from agentic_rl.learner.update import compute_advantages, update
 from agentic_rl.types import Trajectory
 
 
@@ -155,7 +157,7 @@ def test_train_on_observations_refuses_stale_ratios():
 
 def test_adamw_is_fused_and_steps_like_the_default(tiny):
     """One fused AdamW step lands where the default (foreach) implementation does."""
-    from agentic_rl.learner import adamw
+    from agentic_rl.learner.update import adamw
 
     models = [copy.deepcopy(tiny) for _ in range(2)]
     for model in models:

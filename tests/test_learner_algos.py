@@ -6,8 +6,10 @@ import copy
 import pytest
 import torch
 
-from agentic_rl.config import GigpoConfig, load_config
-from agentic_rl.learner import collate, collate_episodes, compute_advantages, update
+from agentic_rl.config.algo import GigpoConfig
+from agentic_rl.config.load import load_config
+from agentic_rl.learner.batch import collate, collate_episodes
+from agentic_rl.learner.update import compute_advantages, update
 from agentic_rl.types import Trajectory
 
 GSPO = ["algo.policy_loss=gspo", "algo.clip_high=0.2"]

@@ -12,15 +12,13 @@ import torch
 pytest.importorskip("peft")
 
 from agentic_rl.backends.hf import HFGenerator  # noqa: E402
-from agentic_rl.checkpoint import (  # noqa: E402
-    ADAPTER_DIR,
-    MODEL_FILE,
-    CheckpointError,
-    load_checkpoint,
-    save_checkpoint,
-)
-from agentic_rl.config import ConfigError, ModelConfig, load_config  # noqa: E402
-from agentic_rl.lora import (  # noqa: E402
+from agentic_rl.checkpoint.io import CheckpointError, load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.layout import ADAPTER_DIR, MODEL_FILE
+from agentic_rl.config.load import load_config  # noqa: E402
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import ModelLoadError, load_policy, token_logprobs  # noqa: E402
+from agentic_rl.model.lora import (
     adapter_disabled,
     adapter_state,
     is_lora,
@@ -29,7 +27,6 @@ from agentic_rl.lora import (  # noqa: E402
     require_peft,
     unwrap,
 )
-from agentic_rl.models import ModelLoadError, load_policy, token_logprobs  # noqa: E402
 from agentic_rl.types import SamplingParams  # noqa: E402
 
 LORA = ModelConfig(name="tiny", lora_rank=4, lora_alpha=8.0)
@@ -96,8 +93,9 @@ def test_reference_is_the_base_model_with_the_adapter_off():
 def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
     """No frozen copy under LoRA, and prepare_batch's reference logprobs are the base model's
     (they would equal the policy's if the adapter were not switched off)."""
-    from agentic_rl.batch_filters import Episodes
-    from agentic_rl.trainer import build, prepare_batch
+    from agentic_rl.train.batch import prepare_batch
+    from agentic_rl.train.loop import build
+    from agentic_rl.train.shaping import Episodes
     from agentic_rl.types import Task, Trajectory
 
     cfg = load_config(
@@ -241,7 +239,7 @@ def test_smoke_recipe_trains_only_the_adapter_and_resumes(tmp_path):
     """The defining mechanism end to end: after RL steps with LoRA the base weights are bit-for-
     bit the initial ones, the adapter moved, checkpoints are adapter-only, and a resumed run
     continues from the adapter."""
-    from agentic_rl.trainer import build, train
+    from agentic_rl.train.loop import build, train
 
     overrides = [
         "model.name=tiny",

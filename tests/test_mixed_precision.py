@@ -7,10 +7,12 @@ import copy
 import pytest
 import torch
 
-from agentic_rl import sft
 from agentic_rl.backends.base import make_generator
-from agentic_rl.config import ConfigError, load_config
-from agentic_rl.learner import collate, compute_advantages, update
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner.batch import collate
+from agentic_rl.learner.update import compute_advantages, update
+from agentic_rl.train import sft
 from agentic_rl.types import SamplingParams, Trajectory
 
 
@@ -94,7 +96,7 @@ def test_bf16_generator_samples_under_autocast_with_close_logprobs(tiny, tokeniz
 def test_bf16_sft_computes_in_bf16_and_follows_the_learner_setting(tiny, monkeypatch) -> None:
     """The warm start / `agentic-rl sft` stage honours learner.mixed_precision: bf16 matmuls,
     float32 weights, the same step as float32 up to activation rounding (SGD: see test_sft_dpo)."""
-    from agentic_rl.sft import sft_precision, train_sft
+    from agentic_rl.train.sft import sft_precision, train_sft
 
     monkeypatch.setattr(sft, "adamw", lambda params, lr: torch.optim.SGD(params, lr=lr))
     models, dtypes = [], []

@@ -3,8 +3,8 @@ import importlib.util
 import pytest
 import torch
 
-from agentic_rl.config import ModelConfig
-from agentic_rl.models import (
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import (
     ModelLoadError,
     ValueHead,
     bundled_gguf_path,

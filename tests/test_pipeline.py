@@ -4,9 +4,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentic_rl.config import ConfigError, load_config
-from agentic_rl.pipeline import stage_configs
-from agentic_rl.trainer import train
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.train.loop import train
+from agentic_rl.train.stages import stage_configs
 
 RECIPE = """
 description: two stages

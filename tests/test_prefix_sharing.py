@@ -7,10 +7,10 @@ import functools
 import pytest
 import torch
 
-from agentic_rl import prefix_sharing
-from agentic_rl.attention import use_fast_cpu_attention
-from agentic_rl.models import tiny_model, token_logprobs
-from agentic_rl.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix_length
+from agentic_rl.model import prefix_sharing
+from agentic_rl.model.attention import use_fast_cpu_attention
+from agentic_rl.model.load import tiny_model, token_logprobs
+from agentic_rl.model.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix_length
 
 VOCAB = 97
 
@@ -208,8 +208,9 @@ def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
     group by group, the prompt runs once per micro-batch, and the weights end up the same."""
     import copy
 
-    from agentic_rl.config import load_config
-    from agentic_rl.learner import collate, compute_advantages, update
+    from agentic_rl.config.load import load_config
+    from agentic_rl.learner.batch import collate
+    from agentic_rl.learner.update import compute_advantages, update
     from agentic_rl.types import Trajectory
 
     g = torch.Generator().manual_seed(3)

@@ -15,12 +15,13 @@ import time
 import psutil
 import pytest
 
-from agentic_rl import trainer
-from agentic_rl.checkpoint import latest_checkpoint
-from agentic_rl.config import ConfigError, load_config
-from agentic_rl.ray_generator import RayGenerator
-from agentic_rl.ray_pool import EnvPool, RayError, import_ray
+from agentic_rl.checkpoint.layout import latest_checkpoint
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.rollout.loop import policy_actor, run_episodes, step_envs
+from agentic_rl.scale.ray_generator import RayGenerator
+from agentic_rl.scale.ray_pool import EnvPool, RayError, import_ray
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Action
 
 # A tiny random model on a few short turns: the numbers compared are exact either way.

@@ -4,12 +4,12 @@ import zlib
 
 import pytest
 
-from agentic_rl import trainer
 from agentic_rl.backends import base as backends_base
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.cli import main
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.chat import encode_text
+from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Completion
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]  # then "--smoke", after the overrides

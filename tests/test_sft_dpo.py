@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from agentic_rl import sft
 from agentic_rl.cli import main
-from agentic_rl.config import ModelConfig
-from agentic_rl.dpo import load_pairs, pair_logps, train_dpo
-from agentic_rl.models import frozen_copy, load_policy, token_logprobs
-from agentic_rl.sft import (
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import frozen_copy, load_policy, token_logprobs
+from agentic_rl.train import sft
+from agentic_rl.train.dpo import load_pairs, pair_logps, train_dpo
+from agentic_rl.train.sft import (
     TrajectoryFormatError,
     encode_messages,
     load_trajectories,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from agentic_rl.checkpoint import latest_checkpoint
-from agentic_rl.config import load_config
+from agentic_rl.checkpoint.layout import latest_checkpoint
+from agentic_rl.config.load import load_config
 from agentic_rl.logging import read_metrics
-from agentic_rl.trainer import train
+from agentic_rl.train.loop import train
 
 TINY = [
     "model.name=tiny",

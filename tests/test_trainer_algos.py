@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from agentic_rl.config import load_config
-from agentic_rl.trainer import build, make_optimizer, train_step
+from agentic_rl.config.load import load_config
+from agentic_rl.train.loop import build, train_step
+from agentic_rl.train.setup import make_optimizer
 
 
 @pytest.mark.parametrize(

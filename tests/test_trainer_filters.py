@@ -4,16 +4,11 @@ TTRL, overlong filtering and TRR++ ids, through the real env and learner (tiny m
 import pytest
 import torch
 
-from agentic_rl.config import load_config
-from agentic_rl.rollout.chat import encode_text
-from agentic_rl.trainer import (
-    DynamicSamplingError,
-    build,
-    collect,
-    make_optimizer,
-    prepare_batch,
-    train_step,
-)
+from agentic_rl.config.load import load_config
+from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.loop import DynamicSamplingError, build, collect, train_step
+from agentic_rl.train.setup import make_optimizer
 from agentic_rl.types import Completion
 
 
@@ -168,8 +163,8 @@ def test_trr_pp_buckets_come_from_task_fields():
 def test_kl_reference_is_the_warm_started_model_and_survives_resume(tmp_path):
     from safetensors.torch import load_file
 
-    from agentic_rl.checkpoint import latest_checkpoint
-    from agentic_rl.trainer import train
+    from agentic_rl.checkpoint.layout import latest_checkpoint
+    from agentic_rl.train.loop import train
 
     def run(out, steps):
         overrides = ["model.name=tiny", "trainer.progress=false", "algo.kl_coef=0.01"]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agentic_rl.vocab_logprobs import ROWS_PER_BLOCK, vocab_logprobs
+from agentic_rl.model.vocab_logprobs import ROWS_PER_BLOCK, vocab_logprobs
 
 
 def _reference(hidden, weight, targets):

@@ -8,28 +8,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import ConfigError, load_config, recipe_dirs
-from agentic_rl.export import add_export_command
+from agentic_rl.checkpoint.export import add_export_command
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError, recipe_dirs
 from agentic_rl.retrieval.cli import add_index_commands
 from agentic_rl.serving.cli import add_serve_policy_command
 from agentic_rl.tools.sandbox.cli import add_sandbox_command
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from agentic_rl.trainer import train
+    from agentic_rl.train.loop import train
 
     cfg = load_config(args.recipe, args.overrides, smoke=args.smoke)
     train(cfg)
     if cfg.learner.strategy == "fsdp2":  # torchrun: every process leaves the group together
-        from agentic_rl.fsdp import shutdown
+        from agentic_rl.scale.fsdp import shutdown
 
         shutdown()
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from agentic_rl.checkpoint import latest_checkpoint, load_checkpoint
-    from agentic_rl.trainer import build, evaluate
+    from agentic_rl.checkpoint.io import load_checkpoint
+    from agentic_rl.checkpoint.layout import latest_checkpoint
+    from agentic_rl.train.loop import build, evaluate
 
     cfg = load_config(args.recipe, args.overrides)
     setup = build(cfg)
@@ -46,7 +48,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from agentic_rl.envs import ENVS, TASKS, check_env, make_env
+    from agentic_rl.envs import ENVS, TASKS, make_env
+    from agentic_rl.envs.base import check_env
 
     if args.name not in ENVS:
         raise ConfigError(f"unknown env '{args.name}' (valid: {', '.join(sorted(ENVS))})")
@@ -73,7 +76,7 @@ def _stage_dir(args: argparse.Namespace, cfg: Any, stage: str) -> Path:
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    from agentic_rl.sft import TrajectoryFormatError, run_sft
+    from agentic_rl.train.sft import TrajectoryFormatError, run_sft
 
     cfg = load_config(args.recipe, args.overrides)
     out = _stage_dir(args, cfg, "sft")
@@ -87,8 +90,8 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_dpo(args: argparse.Namespace) -> int:
-    from agentic_rl.dpo import run_dpo
-    from agentic_rl.sft import TrajectoryFormatError
+    from agentic_rl.train.dpo import run_dpo
+    from agentic_rl.train.sft import TrajectoryFormatError
 
     cfg = load_config(args.recipe, args.overrides)
     try:
@@ -170,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "recipe", None) and "=" in args.recipe:
         args.overrides = [args.recipe, *args.overrides]
         args.recipe = None
-    from agentic_rl.checkpoint import CheckpointError
-    from agentic_rl.models import ModelLoadError
-    from agentic_rl.ray_pool import RayError  # Ray itself is imported only when used
-    from agentic_rl.rollout.chat import TokenizerCheckError
+    from agentic_rl.checkpoint.io import CheckpointError
+    from agentic_rl.model.load import ModelLoadError
+    from agentic_rl.rollout.formats.chat import TokenizerCheckError
+    from agentic_rl.scale.ray_pool import RayError  # Ray itself is imported only when used
 
     try:
         return args.fn(args)

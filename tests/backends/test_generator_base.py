@@ -8,8 +8,8 @@ import torch
 
 from agentic_rl.backends.base import Generator, make_generator, shares_weights, sync_weights
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config import load_config
-from agentic_rl.models import load_policy
+from agentic_rl.config.load import load_config
+from agentic_rl.model.load import load_policy
 from agentic_rl.types import SamplingParams
 
 
@@ -29,7 +29,8 @@ def test_trainer_sends_new_weights_to_a_generator_with_its_own_copy(tmp_path):
     """After each update the trainer hands the learner's weights to the generator; without
     that sync a generator holding its own copy (vLLM's case) would keep sampling from the
     initial policy."""
-    from agentic_rl.trainer import build, make_optimizer, train_step
+    from agentic_rl.train.loop import build, train_step
+    from agentic_rl.train.setup import make_optimizer
 
     cfg = load_config(
         None,
@@ -62,8 +63,8 @@ def test_lora_policy_syncs_into_a_plain_copy_of_its_model():
     import pytest
 
     pytest.importorskip("peft")
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.lora import unwrap
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.lora import unwrap
 
     policy, tok = load_policy(ModelConfig(name="tiny", lora_rank=4, lora_alpha=8.0))
     gen = HFGenerator(copy.deepcopy(unwrap(policy)), tok)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from agentic_rl.backends.hf import HFGenerator, _top_p_filter
-from agentic_rl.models import token_logprobs
+from agentic_rl.model.load import token_logprobs
 from agentic_rl.types import SamplingParams
 
 

@@ -81,7 +81,7 @@ def test_bf16_copy_follows_an_optimizer_step_of_the_project(tiny, tokenizer) -> 
     """The generator notices new weights by the parameters' in-place version counters; the
     fused AdamW kernel does not bump them by itself (learner.adamw does): after a step the bf16
     copy must hold the new weights, and its samples must follow them."""
-    from agentic_rl.learner import adamw
+    from agentic_rl.learner.update import adamw
 
     model = copy.deepcopy(tiny)
     generator = HFGenerator(model, tokenizer, max_batch_size=4, mixed_precision="bf16")

@@ -14,8 +14,10 @@ import torch
 
 from agentic_rl.backends import vllm as vb
 from agentic_rl.backends.base import make_generator, release_for_update, sync_weights
-from agentic_rl.config import ConfigError, ModelConfig, load_config
-from agentic_rl.models import ModelLoadError, load_policy
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import ModelLoadError, load_policy
 from agentic_rl.types import SamplingParams
 
 
@@ -258,7 +260,7 @@ def test_real_engine_matches_hf_logprobs(tmp_path):
     """On a GPU with vLLM installed: the engine's behaviour logprobs agree with the learner's
     recomputation, and a weight sync changes what it samples."""
     pytest.importorskip("vllm")
-    from agentic_rl.models import token_logprobs
+    from agentic_rl.model.load import token_logprobs
 
     cfg = load_config(
         None,

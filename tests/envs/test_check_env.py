@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from agentic_rl.envs import CalculatorEnv, EnvCheckError, check_env
-from agentic_rl.envs.calculator import make_calculator_tasks
+from agentic_rl.envs.base import EnvCheckError, check_env
+from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.types import Observation
 
 TASKS = make_calculator_tasks("eval", 3, seed=0)

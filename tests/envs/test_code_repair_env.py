@@ -12,9 +12,10 @@ from agentic_rl.envs.code_repair import (
     split_of,
 )
 from agentic_rl.rewards.code import run_unit_tests
-from agentic_rl.rollout.chat import TagFormat
-from agentic_rl.rollout.formats_tir import SweRLFormat
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool
+from agentic_rl.rollout.formats.chat import TagFormat
+from agentic_rl.rollout.formats.tir import SweRLFormat
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 
 TASKS = load_code_repair_tasks()
 

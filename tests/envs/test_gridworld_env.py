@@ -1,6 +1,7 @@
 import pytest
 
-from agentic_rl.envs import ENVS, TASKS, check_env, make_env
+from agentic_rl.envs import ENVS, TASKS, make_env
+from agentic_rl.envs.base import check_env
 from agentic_rl.envs.gridworld import (
     MAX_PATH,
     MIN_PATH,

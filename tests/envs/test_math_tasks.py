@@ -15,7 +15,8 @@ from agentic_rl.envs.math_tasks import (
     make_math_tasks,
     split_of,
 )
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 
 
 def test_helpers_hand_computed():

@@ -6,10 +6,13 @@ import re
 import httpx
 import pytest
 
-from agentic_rl.config import RolloutConfig
-from agentic_rl.envs import WebQAEnv, check_env, make_multihop_tasks, web_qa
+from agentic_rl.config.rollout import RolloutConfig
+from agentic_rl.envs import web_qa
+from agentic_rl.envs.base import check_env
+from agentic_rl.envs.multihop import make_multihop_tasks
+from agentic_rl.envs.web_qa import WebQAEnv
 from agentic_rl.rewards.search import asearcher_score, deepresearcher_score
-from agentic_rl.rollout.chat import TagFormat, encode_text
+from agentic_rl.rollout.formats.chat import TagFormat, encode_text
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.tools.page_reader import html_to_text
 from agentic_rl.tools.web import WebDisabledError

@@ -4,8 +4,10 @@ import math
 
 import pytest
 
-from agentic_rl.envs import ZeroSearchQAEnv, check_env, make_multihop_tasks
 from agentic_rl.envs import zerosearch as zs
+from agentic_rl.envs.base import check_env
+from agentic_rl.envs.multihop import make_multihop_tasks
+from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
 from agentic_rl.retrieval.simulated import SimulatedSearchTool
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Action, Completion

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from agentic_rl import trainer
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.chat import encode_text
+from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.rollout.loop import Actor, Episode
 from agentic_rl.tools.sandbox import shared
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Completion
 
 Script = Callable[[Episode, int, int], str]

@@ -15,11 +15,10 @@ import math
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import ConfigError, load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.base import check_env
-from agentic_rl.envs.from_config import make_envs
-from agentic_rl.envs.self_play import (
+from agentic_rl.envs.code_self_play import (
     CodeSelfPlayEnv,
     CodeTask,
     make_self_play_tasks,
@@ -27,10 +26,14 @@ from agentic_rl.envs.self_play import (
     seed_programs,
     solve_task,
 )
+from agentic_rl.envs.from_config import make_envs
 from agentic_rl.logging import read_metrics
-from agentic_rl.rewards.self_play import validate_task
-from agentic_rl.self_play import TaskBuffer
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool, shared
+from agentic_rl.rewards.absolute_zero import validate_task
+from agentic_rl.tools.sandbox import shared
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
+from agentic_rl.train import loop as trainer
+from agentic_rl.train.self_play import TaskBuffer
 from agentic_rl.types import Action
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]

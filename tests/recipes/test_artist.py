@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.train import loop as trainer
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.logging import read_metrics
+from agentic_rl.train import loop as trainer
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck
 LIGHT = ["trainer.eval_before=false"]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.envs.code_repair import load_code_repair_tasks, oracle_completion
 from agentic_rl.tools.sandbox import shared
+from agentic_rl.train import loop as trainer
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a

@@ -15,11 +15,11 @@ import httpx
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.envs.web_qa import FAKE_WEB_URL, WebQAEnv
 from agentic_rl.logging import read_metrics
 from agentic_rl.tools.web import LocalFakeProvider, WebDisabledError
+from agentic_rl.train import loop as trainer
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck
 LIGHT = ["trainer.eval_before=false"]

@@ -14,12 +14,13 @@ import json
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import Config, load_config
-from agentic_rl.config_parse import build_dataclass
+from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.parse import build_dataclass
 from agentic_rl.envs.calculator import make_calculator_tasks
-from agentic_rl.learner import _micro_batch_loss, collate, update
-from agentic_rl.models import tiny_model
+from agentic_rl.learner.batch import collate
+from agentic_rl.learner.update import _micro_batch_loss, update
+from agentic_rl.model.load import tiny_model
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Trajectory
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.logging import read_metrics
-from agentic_rl.pipeline import stage_configs
-from agentic_rl.rollout.chat import encode_text
+from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.rollout.loop import policy_actor
 from agentic_rl.rollout.thinking import EMPTY_THINK, QWEN3_FORCED_STOP
+from agentic_rl.train import loop as trainer
+from agentic_rl.train.stages import stage_configs
 from agentic_rl.types import Completion
 
 STAGES = ["cot_sft", "reasoning_rl", "fusion_sft", "general_rl"]

@@ -12,13 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.envs.multihop import MultiHopQAEnv
 from agentic_rl.logging import read_metrics
-from agentic_rl.pipeline import stage_configs
-from agentic_rl.rollout.chat import TagFormat
+from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
+from agentic_rl.train import loop as trainer
+from agentic_rl.train.stages import stage_configs
 from agentic_rl.types import Task
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.envs.multihop import MultiHopQAEnv
 from agentic_rl.logging import read_metrics
 from agentic_rl.rewards.search import research_score
 from agentic_rl.rewards.search_format import RESEARCH_TAGS
-from agentic_rl.rollout.chat import TagFormat
+from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Task
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]

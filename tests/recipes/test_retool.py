@@ -13,9 +13,9 @@ import re
 import pytest
 import torch
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
-from agentic_rl.learner import collate
+from agentic_rl.config.load import load_config
+from agentic_rl.learner.batch import collate
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Trajectory
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]

@@ -13,10 +13,10 @@ import re
 
 import torch
 
-from agentic_rl import batch_filters as bf
-from agentic_rl import trainer
 from agentic_rl.algos.filters import roc_penalties
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.train import loop as trainer
+from agentic_rl.train import shaping as bf
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a

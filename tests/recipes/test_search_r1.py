@@ -12,10 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl import learner, trainer
-from agentic_rl.batch_filters import Episodes
-from agentic_rl.config import ConfigError, load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner import update as learner
 from agentic_rl.logging import read_metrics
+from agentic_rl.train import loop as trainer
+from agentic_rl.train.shaping import Episodes
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 

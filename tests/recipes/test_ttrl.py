@@ -12,12 +12,12 @@ import dataclasses
 
 import pytest
 
-from agentic_rl import batch_filters as bf
-from agentic_rl import trainer
-from agentic_rl.batch_filters import Episodes
-from agentic_rl.config import Config, load_config
-from agentic_rl.config_parse import build_dataclass
+from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.parse import build_dataclass
 from agentic_rl.logging import read_metrics
+from agentic_rl.train import loop as trainer
+from agentic_rl.train import shaping as bf
+from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Task, Trajectory
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]

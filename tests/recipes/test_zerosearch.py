@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl import trainer
-from agentic_rl.config import load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.envs import zerosearch as zs
 from agentic_rl.logging import read_metrics
 from agentic_rl.retrieval.simulated import SimulatedSearchTool
 from agentic_rl.tools.search import BM25Search
+from agentic_rl.train import loop as trainer
 from agentic_rl.types import Completion
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck

@@ -6,11 +6,7 @@ import pytest
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.envs.base import ToolEnv
-from agentic_rl.retrieval.simulated import (
-    SimulatedSearchEngine,
-    noise_probability,
-    parse_documents,
-)
+from agentic_rl.retrieval.simulated import SimulatedSearchEngine, noise_probability, parse_documents
 from agentic_rl.tools.base import call_tool
 from agentic_rl.types import Completion
 

@@ -17,7 +17,8 @@ from agentic_rl.rewards.code import (
     swe_rl_reward,
     unified_diff,
 )
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 
 
 def block(path: str, search: str, replace: str) -> str:

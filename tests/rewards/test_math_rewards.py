@@ -8,11 +8,10 @@ from fractions import Fraction
 
 import pytest
 
+from agentic_rl.rewards._math_verify import get_verifier, latex_to_sympy_text
 from agentic_rl.rewards.math import (
     extract_math_answer,
-    get_verifier,
     last_boxed,
-    latex_to_sympy_text,
     math_equal,
     math_reward,
     math_score,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.rewards.self_play import (
+from agentic_rl.rewards.absolute_zero import (
     abduction_correct,
     deduction_correct,
     execute,
@@ -17,7 +17,8 @@ from agentic_rl.rewards.self_play import (
     trr_plus_plus_advantages,
     validate_task,
 )
-from agentic_rl.tools.sandbox import ExecutionResult, SandboxLimits, SandboxPool
+from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 
 ADD = "def f(a, b):\n    return [a + b, a * b]\n"
 

@@ -3,16 +3,19 @@ in the context it was generated from."""
 
 import pytest
 
-from agentic_rl.config import ConfigError, RolloutConfig, load_config
-from agentic_rl.envs import WebQAEnv, make_multihop_tasks
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import RolloutConfig
+from agentic_rl.envs.multihop import make_multihop_tasks
+from agentic_rl.envs.web_qa import WebQAEnv
 from agentic_rl.rollout.budgeted import (
     CUT_MARKER,
     ContextBudgetError,
     fit_history,
     run_budgeted_episodes,
 )
-from agentic_rl.rollout.chat import TagFormat, encode_text
 from agentic_rl.rollout.context import make_span
+from agentic_rl.rollout.formats.chat import TagFormat, encode_text
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.types import Completion
 

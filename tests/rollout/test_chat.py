@@ -1,6 +1,6 @@
 import pytest
 
-from agentic_rl.rollout.chat import (
+from agentic_rl.rollout.formats.chat import (
     HermesFormat,
     TagFormat,
     TokenizerCheckError,

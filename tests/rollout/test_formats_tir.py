@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.rollout.chat import TagFormat
-from agentic_rl.rollout.formats_tir import (
+from agentic_rl.rollout.formats.chat import TagFormat
+from agentic_rl.rollout.formats.tir import (
     MultiToolHermesFormat,
     ReToolFormat,
     SweRLFormat,

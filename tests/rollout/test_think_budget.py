@@ -4,17 +4,14 @@
 import pytest
 
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config import ConfigError, RolloutConfig, load_config
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.rollout.chat import TagFormat, encode_text
+from agentic_rl.rollout.formats.chat import TagFormat, encode_text
 from agentic_rl.rollout.loop import expert_actor, policy_actor, run_episodes
-from agentic_rl.rollout.think_budget import (
-    QWEN3_FORCED_STOP,
-    block_state,
-    episode_mode,
-    thinking_prompt,
-)
-from agentic_rl.rollout.thinking import EMPTY_THINK
+from agentic_rl.rollout.think_budget import block_state, episode_mode, thinking_prompt
+from agentic_rl.rollout.thinking import EMPTY_THINK, QWEN3_FORCED_STOP
 from agentic_rl.types import Completion
 
 

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from agentic_rl.retrieval.server import bind_socket
-from agentic_rl.rollout.formats_tir import hermes_tools_prompt
+from agentic_rl.rollout.formats.tir import hermes_tools_prompt
+from agentic_rl.serving.batching import ServeLimits
 from agentic_rl.serving.export import load_episodes
 from agentic_rl.serving.openai_api import ToolSpec
-from agentic_rl.serving.policy_server import PolicyService, ServeLimits
-from agentic_rl.sft import load_trajectories
-from agentic_rl.trainer import prepare_batch
+from agentic_rl.serving.policy_server import PolicyService
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.sft import load_trajectories
 
 ADD = {
     "type": "function",

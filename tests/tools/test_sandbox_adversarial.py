@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentic_rl.tools.sandbox import SandboxLimits, SandboxPool
+from agentic_rl.tools.sandbox.limits import SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 
 LIMITS = SandboxLimits(timeout_s=2.0, memory_mb=256, nproc=16, max_output_chars=1000)
 PROJECT_DIR = Path(__file__).resolve().parents[2]

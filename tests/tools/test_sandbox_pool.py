@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from agentic_rl.tools.sandbox import ExecutionResult, SandboxLimits, SandboxPool
-from agentic_rl.tools.sandbox.pool import SANDBOX_DIR
+from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
+from agentic_rl.tools.sandbox.pool import SANDBOX_DIR, SandboxPool
 
 LIMITS = SandboxLimits(timeout_s=5.0, memory_mb=512, max_output_chars=200)
 

@@ -11,7 +11,6 @@ import urllib.request
 import pytest
 
 from agentic_rl.tools.base import call_tool, result_tag_of, validate_arguments
-from agentic_rl.tools.sandbox import ExecutionResult, SandboxLimits, SandboxPool
 from agentic_rl.tools.sandbox.cli import add_sandbox_command
 from agentic_rl.tools.sandbox.client import (
     PythonTool,
@@ -20,6 +19,8 @@ from agentic_rl.tools.sandbox.client import (
     format_result,
     strip_code_fences,
 )
+from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
+from agentic_rl.tools.sandbox.pool import SandboxPool
 from agentic_rl.tools.sandbox.server import SandboxServer, max_body_bytes
 
 LIMITS = SandboxLimits(timeout_s=5.0, max_code_chars=1000, max_output_chars=500)

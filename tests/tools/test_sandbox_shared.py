@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentic_rl.tools.sandbox import SandboxLimits
+from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.shared import LazyRunner, as_runner, close_shared_pools, shared_pool
 
 

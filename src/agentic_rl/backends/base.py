@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config import Config
-from agentic_rl.lora import is_lora, unwrap
+from agentic_rl.config.load import Config
+from agentic_rl.model.lora import is_lora, unwrap
 from agentic_rl.types import Completion, SamplingParams
 
 

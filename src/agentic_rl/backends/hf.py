@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.attention import register_if_used
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
-from agentic_rl.prefix_sharing import cache_keyword
+from agentic_rl.model.attention import register_if_used
+from agentic_rl.model.prefix_sharing import cache_keyword
 from agentic_rl.types import Completion, SamplingParams
 
 

@@ -36,9 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.config import Config
-from agentic_rl.lora import merged_copy, save_adapter
-from agentic_rl.models import TINY_NAME, ModelLoadError, model_dir
+from agentic_rl.config.load import Config
+from agentic_rl.model.load import TINY_NAME, ModelLoadError, model_dir
+from agentic_rl.model.lora import merged_copy, save_adapter
 from agentic_rl.types import Completion, SamplingParams
 
 # The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.

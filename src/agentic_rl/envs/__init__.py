@@ -15,12 +15,12 @@ from agentic_rl.envs.artist import MultiToolMathEnv
 from agentic_rl.envs.base import Env, EnvCheckError, ToolEnv, check_env
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.envs.code_repair import CodeRepairEnv, make_code_repair_tasks
+from agentic_rl.envs.code_self_play import CodeSelfPlayEnv, make_self_play_tasks
 from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
 from agentic_rl.envs.math_tasks import make_math_tasks
 from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
 from agentic_rl.envs.multihop import MultiHopQAEnv, make_multihop_tasks
 from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
-from agentic_rl.envs.self_play import CodeSelfPlayEnv, make_self_play_tasks
 from agentic_rl.envs.web_qa import WebQAEnv
 from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from agentic_rl.envs.base import ToolEnv
 from agentic_rl.rewards.math import SCORES, extract_math_answer, math_equal
 from agentic_rl.rewards.tool_use import retool_shaping, retool_turns
-from agentic_rl.rollout.formats_tir import hermes_tools_prompt, ignored_tool_calls
+from agentic_rl.rollout.formats.tir import hermes_tools_prompt, ignored_tool_calls
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.sandbox.client import CodeRunner, PythonTool
 from agentic_rl.tools.sandbox.pool import GRACE_S

@@ -43,7 +43,7 @@ from agentic_rl.envs.search_schemes import (
     transcript,
 )
 from agentic_rl.rewards.qa import exact_match, f1_score, normalize_answer
-from agentic_rl.rollout.chat import TagFormat
+from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Action, Observation, StepResult, Task

@@ -46,14 +46,9 @@ from agentic_rl.rewards.search import (
     search_r1_score,
     stepsearch_outcome_score,
 )
-from agentic_rl.rewards.search_format import (
-    DEFAULT_TAGS,
-    RESEARCH_TAGS,
-    SearchTags,
-    extract_boxed,
-)
+from agentic_rl.rewards.search_format import DEFAULT_TAGS, RESEARCH_TAGS, SearchTags, extract_boxed
 from agentic_rl.rewards.step_search import split_documents, step_search_rewards
-from agentic_rl.rollout.chat import TagFormat
+from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Observation, Task
 

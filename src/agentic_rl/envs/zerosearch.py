@@ -28,8 +28,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
 
-from agentic_rl.envs.multihop import MultiHopQAEnv, RewardKind
+from agentic_rl.envs.multihop import MultiHopQAEnv
 from agentic_rl.envs.qa_corpus import DEFAULT_NUM_ENTITIES
+from agentic_rl.envs.search_schemes import RewardKind
 from agentic_rl.retrieval.simulated import (
     SimulatedSearchEngine,
     SimulatedSearchTool,
@@ -59,8 +60,8 @@ def load_simulator(model_name: str) -> tuple[Any, Any]:
     """(generator, tokenizer) of the simulation LLM `model_name`, loaded once per process with
     gradients off. The same names as `model.name`: "smollm2-135m", "tiny" or a model dir."""
     from agentic_rl.backends.hf import HFGenerator
-    from agentic_rl.config import ModelConfig
-    from agentic_rl.models import load_policy
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import load_policy
 
     model, tokenizer = load_policy(ModelConfig(name=model_name))
     model.eval()

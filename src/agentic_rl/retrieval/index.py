@@ -200,11 +200,7 @@ def _doc_vectors(dense: Any) -> Any:
 
 def _reranked(searcher: Any, docs: list[Document], dense: Any, rerank: int, cross: Any) -> Any:
     from agentic_rl.retrieval.dense import MiniLMEmbedder
-    from agentic_rl.retrieval.rerank import (
-        BiEncoderReranker,
-        CrossEncoderReranker,
-        RerankedSearch,
-    )
+    from agentic_rl.retrieval.rerank import BiEncoderReranker, CrossEncoderReranker, RerankedSearch
 
     texts = [doc["contents"] for doc in docs]
     if cross is not None:

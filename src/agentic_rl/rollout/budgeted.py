@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.config import RolloutConfig
+from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.chat import ChatFormat, encode_text
 from agentic_rl.rollout.context import Span, fit_context, make_span
+from agentic_rl.rollout.formats.chat import ChatFormat, encode_text
 from agentic_rl.rollout.loop import (
     Actor,
     Episode,

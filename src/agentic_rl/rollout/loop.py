@@ -17,9 +17,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.config import RolloutConfig
+from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.chat import ChatFormat, TagFormat, encode_prompt, encode_text
+from agentic_rl.rollout.formats.chat import ChatFormat, TagFormat, encode_prompt, encode_text
 from agentic_rl.rollout.think_budget import thinking_prompt
 from agentic_rl.types import Action, Completion, SamplingParams, StepResult, Task, Trajectory
 

@@ -33,9 +33,10 @@ def serve_policy(
     """Build the recipe's policy, generator and learner settings and serve until interrupted."""
     import uvicorn
 
-    from agentic_rl.config import load_config
-    from agentic_rl.serving.policy_server import PolicyService, ServeLimits, create_app
-    from agentic_rl.trainer import build
+    from agentic_rl.config.load import load_config
+    from agentic_rl.serving.batching import ServeLimits
+    from agentic_rl.serving.policy_server import PolicyService, create_app
+    from agentic_rl.train.loop import build
 
     cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
     setup = build(cfg)

@@ -23,8 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentic_rl.batch_filters import Episodes
-from agentic_rl.rollout.chat import (
+from agentic_rl.rollout.formats.chat import (
     check_prefix_preserving,
     encode_prompt,
     encode_text,
@@ -39,6 +38,7 @@ from agentic_rl.serving.openai_api import (
     template_message,
 )
 from agentic_rl.serving.openai_reply import Reply
+from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Completion, Task, Trajectory
 
 OnMismatch = Literal["reject", "split"]

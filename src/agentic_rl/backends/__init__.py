@@ -1,0 +1,1 @@
+"""Generators behind one protocol (`base`): Hugging Face on CPU/GPU (`hf`), vLLM on GPU (`vllm`)."""

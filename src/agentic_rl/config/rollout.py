@@ -1,0 +1,201 @@
+"""Config sections of the generation side: the policy model (`model`), the environment (`env`),
+how rollouts are sampled (`rollout`), the vLLM generator engine (`vllm`) and the Ray env /
+generator workers (`ray`). One dataclass per YAML section, a docstring per field; re-exported
+by `agentic_rl.config.load`, which assembles them into `Config`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """"smollm2-135m" (the bundled SmolLM2-135M-Instruct), "tiny" (a randomly initialised
+    2-layer model with the bundled tokenizer, for tests), or a local Hugging Face model dir."""
+    dtype: str = "float32"
+    """float32 or bfloat16. On the 2-core CPU fp32 was measured faster than bf16."""
+    logprob_chunk_size: int = 64
+    """Sequence positions per chunk when computing token logprobs; the [B, T, vocab] logits
+    tensor is never materialised for the whole batch."""
+    share_prefix: bool = True
+    """Learner passes run each micro-batch as one packed row: the prompt a group's rows share
+    once, every answer without padding (packing.py), or, where cheaper, the shared prompt once
+    with its KV reused for every row (prefix_sharing.py): same numbers, the prompt's cost paid
+    once instead of G times. Micro-batches are formed group by group. Off for PPO's value head,
+    which needs every position's state, and under learner.strategy=fsdp2."""
+    fast_cpu_attention: bool = True
+    """bfloat16 attention on CPU over at most 256 x 256 positions runs as two matmuls instead
+    of PyTorch's fused SDPA kernel, which is slow in bfloat16 on CPU (attention.py); same
+    results up to bfloat16 rounding. Affects only bf16 compute on CPU (mixed_precision=bf16
+    or model.dtype=bfloat16); float32, GPUs and longer attention use SDPA as before."""
+    cache_dir: str = ""
+    """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of storing them:
+    activation memory drops from all layers to about one layer per micro-batch, for roughly a
+    third more compute in the update (see bench/train_memory.py)."""
+    lora_rank: int = 0
+    """LoRA rank r (PEFT, extra `agentic-rl[peft]`); 0 = full fine-tuning. With r > 0 only the
+    adapters train, the KL reference is the base model with the adapter switched off (no second
+    copy), and checkpoints and weight syncs to the generator carry the adapter only."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapted layer computes W x + (lora_alpha / lora_rank) B A x."""
+    lora_targets: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+    """Names of the linear layers that get adapters (matched as name suffixes); the default is
+    every attention and MLP projection of Llama/Qwen/SmolLM-style models."""
+
+
+@dataclass
+class EnvConfig:
+    name: str = "search_qa"
+    """Environment: "search_qa", "multihop_qa" (two-hop search), "zerosearch_qa" (two-hop, an
+    LLM-simulated search engine), "web_qa" (two-hop, web search + browsing), "calculator",
+    "math_tool" (python sandbox), "math_text" (no tools), "math_multitool" (python +
+    calculator, ARTIST's reward), "code_repair", "code_self_play" (Absolute Zero's propose /
+    solve code tasks) or "gridworld" (multi-step, GiGPO)."""
+    num_train_tasks: int = 2000
+    """Training tasks generated from `seed` (sampled with replacement per step)."""
+    num_eval_tasks: int = 100
+    """Held-out tasks (disjoint from training) evaluated greedily before and after training."""
+    seed: int = 0
+    """Seed of the task generators (and of the search corpus)."""
+    topk: int = 3
+    """Documents returned per search (envs with a search tool)."""
+    format_penalty: float = 0.1
+    """Reward subtracted for a malformed action or a turn without any action."""
+    tool_timeout_s: float = 10.0
+    """A tool call running longer than this returns an error observation."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Env-specific settings: each key goes to the env constructor and/or the task generator
+    parameter of that name (e.g. {reward: f1, num_entities: 400}); unknown keys fail at load."""
+
+
+@dataclass
+class RolloutConfig:
+    tasks_per_step: int = 2
+    """B: tasks per training step."""
+    group_size: int = 8
+    """G: samples per task (the GRPO group)."""
+    max_turns: int = 4
+    """Model turns per episode; the episode is truncated after the last one."""
+    max_tokens_per_turn: int = 64
+    """New tokens per model turn."""
+    max_total_tokens: int = 512
+    """Budget of tokens after the prompt (model turns and observations together)."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts (evaluation is greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    chat_format: str = "tags"
+    """Action format: "tags" (Search-R1 style <search>q</search>, results inline) or "hermes"
+    (<tool_call>{json}</tool_call>, results in a tool turn)."""
+    eval_batch_size: int = 50
+    """Episodes decoded together during evaluation."""
+    mode: str = "episode"
+    """"episode": one training sample per episode, the context grows turn by turn. "step"
+    (GiGPO, verl-agent): every env step is its own training sample whose context is the prompt
+    plus the last `history_window` steps, so the context stays flat over long episodes; the
+    step's sampled tokens are its only loss-mask-1 tokens."""
+    history_window: int = 2
+    """Step mode: past steps (model turn + observation) kept in each step's context."""
+    context_budget: int = 0
+    """Episode mode, long horizons (ASearcher): the most tokens any turn is generated from
+    (prompt + kept history). Older observations are cut, then dropped, to fit; the episode is
+    then trained as segments, each turn in the exact context it saw (rollout/budgeted.py).
+    0 = off: the context is the whole history."""
+    context_keep_turns: int = 2
+    """With context_budget: the latest turns (model turn + observation) kept whole when fitting,
+    as long as they fit the budget."""
+    context_target: int = 0
+    """With context_budget: a cut fits the history into this many tokens (0 = context_budget);
+    lower values leave room for a few turns before the next cut (fewer, longer segments)."""
+    backend: str = "hf"
+    """Generator engine: "hf" (transformers in this process, shares the learner's weights; CPU
+    or GPU) or "vllm" (a vLLM engine on the GPU, extra `agentic-rl[vllm]`, settings in the
+    `vllm` section; it receives the new weights after every update)."""
+    mixed_precision: str = "no"
+    """backend hf: "bf16" generates under torch.autocast(bfloat16) over the float32 weights
+    (1.7x faster decoding on a CPU with AVX512-BF16, measured; sampled-token logprobs differ
+    from float32 by ~0.03 nats on average, see bench/README.md); "no" computes in model.dtype."""
+    train_on_observations: bool = False
+    """Ablation only: put tool/retrieval observation tokens in the loss as if the policy had
+    written them (Search-R1's "no retrieved-token masking" ablation). Off = the standard mask."""
+    max_staleness: int = 0
+    """Asynchronous rollouts (AReaL): 0 = synchronous (generate, then update, in turn). k > 0 =
+    a rollout worker keeps generating while the learner updates, on samples from policy versions
+    at most k updates old; stale tokens are corrected with decoupled PPO (algo.stale_is_cap)."""
+    thinking_mode: str = "off"
+    """Qwen3 thinking switch (rollout/think_budget.py): "off", "think" or "no_think" (the flag
+    appended to the user message; no-think prompts are prefilled with an empty <think> block),
+    or "both" (one mode per task, half and half)."""
+    think_budget: int = 0
+    """Qwen3 thinking budget: a turn's <think> block is cut after this many sampled tokens and
+    `think_stop`'s phrase is inserted (loss mask 0) before the model answers; 0 = no budget."""
+    think_stop: str = "qwen3"
+    """Text inserted at the budget: "qwen3" (the report's "Considering the limited time by the
+    user, ..." then </think>) or "short" (just </think>)."""
+
+
+@dataclass
+class VLLMConfig:
+    """rollout.backend=vllm: the vLLM engine that generates the rollouts (GPU only)."""
+
+    gpu_memory_utilization: float = 0.5
+    """Fraction of the GPU's memory vLLM takes for weights and KV cache; the rest is left for
+    the learner on the same GPU."""
+    dtype: str = "auto"
+    """vLLM weight/activation dtype: auto (the model config's), bfloat16, float16 or float32."""
+    max_model_len: int = 0
+    """Longest context (prompt + completion) in tokens the engine accepts; 0 = the model's own
+    limit. Lower values leave more memory for the KV cache."""
+    sleep_level: int = 0
+    """Free the engine's GPU memory while the learner updates (vLLM sleep mode): 0 = never,
+    1 = offload weights to CPU and drop the KV cache, 2 = drop both (the new weights are loaded
+    right after the update; not with LoRA, whose base weights are never re-sent)."""
+    enforce_eager: bool = False
+    """Run without CUDA graphs: faster start-up, slower decoding (smoke runs, debugging)."""
+
+
+@dataclass
+class RayConfig:
+    """Env and tool workers (and optionally the generator) on Ray actors (extra
+    `agentic-rl[ray]`), so rollouts with slow tools spread over a cluster. The learner stays in
+    the driver process."""
+
+    enabled: bool = False
+    """Run the envs (and their tools: retriever, sandbox...) on Ray actors."""
+    address: str = ""
+    """Cluster to join: "" starts a local one inside this process, "auto" joins the cluster this
+    machine belongs to (`ray start`), "ray://HOST:10001" a remote one."""
+    num_cpus: int = 0
+    """Local cluster only: CPUs it may use (0 = every CPU of this machine)."""
+    num_env_workers: int = 2
+    """Env worker actors. Episodes are spread over them round-robin; their env steps (tool calls)
+    run at the same time, one episode at a time per worker."""
+    env_worker_cpus: float = 0.5
+    """CPUs Ray reserves for each env worker (fractions allowed: tool calls mostly wait)."""
+    max_episode_retries: int = 2
+    """A worker lost mid-episode: the episode is replayed on a fresh worker (same reset seed, same
+    actions, so its tokens do not change) up to this many times, then the run stops."""
+    call_timeout_s: float = 120.0
+    """An env call that has not returned after this long counts as a lost worker; keep it above
+    env.tool_timeout_s."""
+    generator_actor: bool = False
+    """Generate in a Ray actor of its own (its own copy of the weights, sent after every update)
+    placed with generator_cpus / generator_gpus, e.g. on a GPU node; off = in the driver."""
+    generator_cpus: float = 1.0
+    """CPUs Ray reserves for the generator actor."""
+    generator_gpus: float = 0.0
+    """GPUs Ray reserves for the generator actor (it moves its model to its GPU)."""

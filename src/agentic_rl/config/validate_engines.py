@@ -1,0 +1,106 @@
+"""Validation of the engines that generate and update: LoRA (`model.lora_*`), the generator
+backend (`rollout.backend`, `rollout.mixed_precision`, the `vllm` section) and the learner
+(`learner`: one process or FSDP2). Called by `config_validate.validate`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentic_rl.config.checks import _check_choice, _unused
+from agentic_rl.config.parse import ConfigError
+
+if TYPE_CHECKING:
+    from agentic_rl.config.load import Config
+
+BACKENDS = ("hf", "vllm")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+LEARNER_STRATEGIES = ("single", "fsdp2")
+MIXED_PRECISION = ("no", "bf16")
+
+
+def validate_engines(cfg: Config) -> None:
+    """Reject LoRA, generator-backend and learner settings that are invalid or would do nothing."""
+    _validate_lora_and_backend(cfg)
+    _validate_learner(cfg)
+
+
+def _validate_lora_and_backend(cfg: Config) -> None:
+    model, vllm = cfg.model, cfg.vllm
+    _check_choice("rollout.backend", cfg.rollout.backend, BACKENDS)
+    _check_choice("rollout.mixed_precision", cfg.rollout.mixed_precision, MIXED_PRECISION)
+    if model.lora_rank < 0:
+        raise ConfigError(
+            f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {model.lora_rank}"
+        )
+    if model.lora_rank == 0:
+        _unused(cfg, ["model.lora_alpha", "model.lora_targets"], "model.lora_rank=0 (no LoRA)")
+    else:
+        targets = model.lora_targets
+        if (
+            not isinstance(targets, list)
+            or not targets
+            or not all(isinstance(t, str) and t for t in targets)
+        ):
+            raise ConfigError(f"model.lora_targets must be a list of layer names, got {targets!r}")
+        if model.lora_alpha <= 0:
+            raise ConfigError(f"model.lora_alpha must be > 0, got {model.lora_alpha}")
+        if cfg.warm_start.num_tasks > 0 and cfg.algo.kl_coef > 0:
+            raise ConfigError(
+                "model.lora_rank > 0 with warm_start.num_tasks > 0 and algo.kl_coef > 0: the LoRA "
+                "reference is the base model with the adapter off, which would not include the "
+                "warm start; set algo.kl_coef=0, or warm-start in a separate full-tuning run"
+            )
+    if cfg.rollout.backend == "vllm":
+        _unused(cfg, ["rollout.mixed_precision"], "vLLM computes in vllm.dtype")
+    if cfg.rollout.backend != "vllm":
+        keys = ["gpu_memory_utilization", "dtype", "max_model_len", "sleep_level", "enforce_eager"]
+        _unused(cfg, [f"vllm.{k}" for k in keys], "rollout.backend is not vllm")
+        return
+    _check_choice("vllm.dtype", vllm.dtype, VLLM_DTYPES)
+    if not 0 < vllm.gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"vllm.gpu_memory_utilization must be in (0, 1], got {vllm.gpu_memory_utilization}"
+        )
+    if vllm.sleep_level not in (0, 1, 2):
+        raise ConfigError(f"vllm.sleep_level must be 0, 1 or 2, got {vllm.sleep_level}")
+    if vllm.sleep_level == 2 and model.lora_rank > 0:
+        raise ConfigError(
+            "vllm.sleep_level=2 discards the engine's base weights, but LoRA runs only send the "
+            "adapter after an update: use vllm.sleep_level=1"
+        )
+    if vllm.max_model_len < 0:
+        raise ConfigError(f"vllm.max_model_len must be >= 0, got {vllm.max_model_len}")
+
+
+def _validate_learner(cfg: Config) -> None:
+    learner = cfg.learner
+    _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
+    _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
+    precisions = (learner.mixed_precision, cfg.rollout.mixed_precision)
+    if "bf16" in precisions and cfg.model.dtype != "float32":
+        raise ConfigError(
+            "mixed_precision=bf16 keeps float32 weights and computes in bfloat16: set "
+            f"model.dtype=float32, not {cfg.model.dtype}"
+        )
+    if learner.strategy == "single":
+        _unused(cfg, ["learner.defer_grad_sync"], "it applies to learner.strategy=fsdp2 only")
+        return
+    # Combinations whose engines would each need their own per-process wiring (not built yet).
+    for key, off, why in (
+        ("rollout.backend", "hf", "each process generates with its own copy of the weights"),
+        ("model.lora_rank", 0, "the adapters would be sharded like full weights"),
+        ("rollout.max_staleness", 0, "the rollout worker would race the sharded update"),
+        ("ray.enabled", False, "every process would start its own Ray env workers"),
+    ):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section, None), name, off)
+        if value != off:
+            raise ConfigError(f"learner.strategy=fsdp2 does not support {key}={value} yet: {why}")
+    if learner.mixed_precision == "bf16":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "learner.mixed_precision=bf16 needs a GPU (FSDP2 mixed precision); on CPU use "
+                "learner.mixed_precision=no"
+            )

@@ -1,0 +1,1 @@
+"""The learner: episodes -> padded tensors (`batch`), advantages and one policy update (`update`)."""

@@ -1,0 +1,122 @@
+"""Trajectories -> padded tensors: the `TrainBatch` the learner trains on.
+
+`collate` right-pads token-aligned trajectories into one batch (position t holds token t, its loss
+mask, its behaviour logprob log pi_old(x_t | x_<t) and the step reward earned by the turn ending
+at t); `collate_episodes` collates episodes of one or more samples each, with the GiGPO step
+returns and anchor-state groups when asked. Re-exported from `learner.py`, which computes the
+advantages and runs the update on these batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from agentic_rl.algos.gigpo import anchor_groups, discounted_step_returns
+from agentic_rl.config.algo import GigpoConfig
+from agentic_rl.types import Trajectory
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded tensors for N trajectories of up to T tokens."""
+
+    input_ids: torch.Tensor  # [N, T] long
+    attention_mask: torch.Tensor  # [N, T] long
+    loss_mask: torch.Tensor  # [N, T] float, 1 on policy tokens
+    old_logprobs: torch.Tensor  # [N, T] behaviour logprobs (0 off the mask)
+    rewards: torch.Tensor  # [N] episode rewards
+    token_rewards: torch.Tensor  # [N, T] step rewards placed on the last token of their turn
+    group_ids: torch.Tensor  # [N] long
+    episode_index: torch.Tensor | None = None  # [N] long: the episode of each row (step mode)
+    step_returns: torch.Tensor | None = None  # [N] discounted return from each step (gigpo)
+    step_group_ids: torch.Tensor | None = None  # [N] long anchor-state groups (gigpo)
+    task_type_ids: torch.Tensor | None = None  # [N] long (trr_pp)
+    role_ids: torch.Tensor | None = None  # [N] long (trr_pp)
+    advantages: torch.Tensor | None = None  # [N, T]
+    returns: torch.Tensor | None = None  # [N, T] (ppo)
+    old_values: torch.Tensor | None = None  # [N, T] (ppo)
+    ref_logprobs: torch.Tensor | None = None  # [N, T] (kl_coef > 0)
+    behav_logprobs: torch.Tensor | None = None  # [N, T] of stale samples (rollout.max_staleness)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx: slice | torch.Tensor) -> TrainBatch:
+        fields = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return TrainBatch(**fields)
+
+
+def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
+    n, width = len(trajectories), max(len(t.token_ids) for t in trajectories)
+    ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width))
+    old = torch.zeros((n, width))
+    token_rewards = torch.zeros((n, width))
+    groups: dict[str, int] = {}
+    for i, t in enumerate(trajectories):
+        length = len(t.token_ids)
+        ids[i, :length] = torch.tensor(t.token_ids)
+        attn[i, :length] = 1
+        mask[i, :length] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        old[i, :length] = torch.tensor(t.logprobs, dtype=torch.float32)
+        # Step rewards land on the last token of the turn that earned them; anything not
+        # attributed to a turn (there should be none) goes to the last generated token.
+        for (_, end), r in zip(t.turn_spans, t.step_rewards, strict=False):
+            token_rewards[i, end - 1] += r
+        leftover = t.reward - sum(t.step_rewards[: len(t.turn_spans)])
+        if abs(leftover) > 0 and t.turn_spans:
+            token_rewards[i, t.turn_spans[-1][1] - 1] += leftover
+        groups.setdefault(t.group_id, len(groups))
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=old * mask,
+        rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        token_rewards=token_rewards * mask,
+        group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
+        episode_index=torch.arange(n),
+    )
+
+
+def unmask_observations(trajectory: Trajectory) -> Trajectory:
+    """A copy whose loss mask covers every token after the prompt, observations included.
+
+    Search-R1 (Jin et al. 2025, Sec. 3.1) masks retrieved tokens out of the policy loss; this is
+    its ablation. Observation tokens were not sampled, so their behaviour logprobs are unknown
+    (0 here): only valid with one on-policy epoch, where pi_old is the current policy (the
+    config enforces algo.epochs=1 and no KL-in-reward)."""
+    start = trajectory.prompt_length
+    mask = [0] * start + [1] * (len(trajectory.token_ids) - start)
+    return dataclasses.replace(trajectory, loss_mask=mask)
+
+
+def collate_episodes(
+    episodes: list[list[Trajectory]], pad_token_id: int, gigpo: GigpoConfig | None = None
+) -> TrainBatch:
+    """Collate episodes given as lists of samples (one per episode in episode mode, one per
+    step in step mode); rows keep their episode index. With `gigpo`, also the discounted step
+    returns R_t = sum_k gamma^(k-t) r_k and the anchor-state step groups of every row (a step
+    without an anchor is its own singleton group, so it gets no step advantage)."""
+    flat = [sample for samples in episodes for sample in samples]
+    batch = collate(flat, pad_token_id)
+    batch.episode_index = torch.tensor(
+        [e for e, samples in enumerate(episodes) for _ in samples], dtype=torch.long
+    )
+    if gigpo is not None:
+        rewards = [[sum(s.step_rewards) for s in samples] for samples in episodes]
+        returns = discounted_step_returns(rewards, gamma=gigpo.gamma)
+        batch.step_returns = torch.tensor([r for ep in returns for r in ep], dtype=torch.float32)
+        anchors = [
+            s.anchors[0] if s.anchors else ("__no_anchor__", e, t)
+            for e, samples in enumerate(episodes)
+            for t, s in enumerate(samples)
+        ]
+        threshold = gigpo.similarity_threshold if gigpo.similarity_threshold < 1 else None
+        groups = anchor_groups(anchors, [s.group_id for s in flat], threshold)
+        batch.step_group_ids = torch.tensor(groups, dtype=torch.long)
+    return batch

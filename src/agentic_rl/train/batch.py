@@ -1,0 +1,73 @@
+"""Kept episodes -> the batch an update trains on: collate them, fill the reference logprobs,
+the old values (ppo) and the advantages, apply the overlong filter and the stale-sample
+correction (`prepare_batch`); and whether an update on that batch would move the weights at all
+(`carries_gradient`). Called by `trainer.train_step`; re-exported from trainer.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentic_rl.algos.losses import overlong_filter_mask
+from agentic_rl.learner.batch import TrainBatch, collate_episodes, unmask_observations
+from agentic_rl.learner.update import compute_advantages, forward_no_grad
+from agentic_rl.model.load import autocast
+from agentic_rl.model.lora import adapter_disabled
+from agentic_rl.scale.async_rollout import correct_stale
+from agentic_rl.train import shaping as bf
+from agentic_rl.train.setup import Setup
+from agentic_rl.train.shaping import Episodes
+
+
+def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
+    """Collate the kept episodes and fill reference logprobs, values and advantages."""
+    cfg = setup.cfg
+    gigpo = cfg.gigpo if cfg.algo.name == "gigpo" else None
+    samples = episodes.samples
+    if cfg.rollout.train_on_observations:  # ablation: observation tokens in the loss
+        samples = [[unmask_observations(s) for s in ep] for ep in samples]
+    batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo)
+    if cfg.algo.name == "trr_pp":
+        types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
+        batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
+    chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
+    share = cfg.model.share_prefix
+    # The same precision as the update, so the KL compares like with like.
+    precision = cfg.learner.mixed_precision if setup.dp is None else "no"
+    with autocast(precision, next(setup.policy.parameters()).device):
+        if setup.reference is not None:
+            batch.ref_logprobs, _ = forward_no_grad(
+                setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
+            )
+        elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
+            with adapter_disabled(setup.policy):
+                batch.ref_logprobs, _ = forward_no_grad(
+                    setup.policy, batch, chunk, micro, share_prefix=share
+                )
+        if setup.value_head is not None:
+            _, batch.old_values = forward_no_grad(
+                setup.policy, batch, chunk, micro, setup.value_head, setup.dp
+            )
+    compute_advantages(batch, cfg.algo, cfg.gigpo)
+    if cfg.filters.overlong_filter:
+        # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
+        # (it still counted in its group's statistics above, as in DAPO).
+        truncated = torch.tensor([s.truncated for ep in episodes.samples for s in ep])
+        batch.loss_mask = overlong_filter_mask(batch.loss_mask, truncated)
+    if cfg.rollout.max_staleness > 0:  # samples may be from older weights: decoupled PPO
+        correct_stale(setup, batch)
+    return batch
+
+
+def carries_gradient(setup: Setup, batch: TrainBatch | None) -> bool:
+    """False when an update on `batch` would only move Adam's moments: its advantages are all
+    zero (every group all-correct or all-wrong) and there is no KL, entropy or value term."""
+    if batch is None:
+        return False
+    assert batch.advantages is not None
+    return not (
+        bool((batch.advantages * batch.loss_mask == 0).all())
+        and setup.cfg.algo.kl_coef == 0
+        and setup.cfg.algo.entropy_coef == 0
+        and setup.value_head is None
+    )

@@ -1,0 +1,84 @@
+"""Run summaries: episode and batch metrics, the summary.json of a run and its table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentic_rl.algos.gigpo import step_advantages
+from agentic_rl.config.load import Config
+from agentic_rl.learner.batch import TrainBatch
+from agentic_rl.types import Trajectory
+
+
+def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Episode metrics; pass one trajectory per episode (the first step in step mode)."""
+    n = max(len(trajectories), 1)
+    mean = lambda key: sum(t.metrics[key] for t in trajectories) / n  # noqa: E731
+    return {
+        "success": mean("success"),
+        "reward": sum(t.reward for t in trajectories) / n,
+        "tool_calls_per_episode": mean("tool_calls"),
+        "invalid_actions_per_episode": mean("invalid_actions"),
+        "turns": mean("turns"),
+        "response_tokens": mean("response_tokens"),
+        "episodes": float(len(trajectories)),
+    }
+
+
+def advantage_metrics(batch: TrainBatch, gigpo_norm: str = "mean_std_norm") -> dict[str, float]:
+    """How much of the batch carries a policy gradient (and, for GiGPO, from the step term)."""
+    assert batch.advantages is not None
+    rows_with_signal = (batch.advantages * batch.loss_mask != 0).any(dim=1).float()
+    metrics = {"samples": float(len(batch)), "nonzero_adv_fraction": float(rows_with_signal.mean())}
+    if batch.step_group_ids is not None and batch.step_returns is not None:
+        a_s = step_advantages(batch.step_returns, batch.step_group_ids, gigpo_norm)
+        sizes = torch.bincount(batch.step_group_ids)[batch.step_group_ids]
+        metrics["step_adv_nonzero"] = float((a_s != 0).float().mean())
+        metrics["shared_step_groups"] = float((sizes > 1).float().mean())
+    return metrics
+
+
+def run_summary(cfg: Config, state: dict[str, Any], step: int, seconds: float) -> dict[str, Any]:
+    evals = state["evals"]
+    pick = lambda e: {  # noqa: E731
+        k: e[k]
+        for k in ("success", "tool_calls_per_episode", "reward", "invalid_actions_per_episode")
+    }
+    summary: dict[str, Any] = {
+        "recipe": cfg.recipe,
+        "model": cfg.model.name,
+        "env": cfg.env.name,
+        "algo": cfg.algo.name,
+        "steps": step,
+        "eval_tasks": cfg.env.num_eval_tasks,
+        "after": pick(evals["after"]),
+        "wall_seconds": round(seconds, 1),
+    }
+    if "before" in evals:
+        summary["before"] = pick(evals["before"])
+    if "warm_start" in evals:
+        summary["warm_start"] = pick(evals["warm_start"])
+    return summary
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['recipe']}: {summary['eval_tasks']} held-out tasks, greedy")
+    for col in ("stage", "success", "tool calls / episode", "reward", "invalid actions / ep."):
+        table.add_column(col)
+    for stage in ("before", "warm_start", "after"):
+        if stage in summary:
+            row = summary[stage]
+            table.add_row(
+                stage.replace("_", " "),
+                f"{row['success']:.1%}",
+                f"{row['tool_calls_per_episode']:.2f}",
+                f"{row['reward']:.3f}",
+                f"{row['invalid_actions_per_episode']:.2f}",
+            )
+    Console().print(table)
+    print(f"wall time {summary['wall_seconds']:.0f} s, {summary['steps']} RL steps")
