@@ -31,8 +31,9 @@ from typing import Any
 import torch
 
 from agentic_rl.config.load import load_config
-from agentic_rl.train.loop import build, evaluate, expert_demos, train_step
-from agentic_rl.train.setup import make_optimizer, set_learning_rate
+from agentic_rl.train.collect import evaluate, expert_demos
+from agentic_rl.train.loop import train_step
+from agentic_rl.train.setup import build, make_optimizer, set_learning_rate
 from agentic_rl.train.sft import train_sft
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dapo_dynamic_sampling.json"

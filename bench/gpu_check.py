@@ -78,7 +78,8 @@ def main() -> None:
     from agentic_rl.envs.from_config import make_envs
     from agentic_rl.model.lora import unwrap
     from agentic_rl.rollout.formats.chat import encode_prompt
-    from agentic_rl.train.loop import build, rollout
+    from agentic_rl.train.collect import rollout
+    from agentic_rl.train.setup import build
     from agentic_rl.types import SamplingParams
 
     overrides = [

@@ -48,12 +48,11 @@ def run_variant(args: argparse.Namespace) -> dict:
 
     baseline = rss_mb()
     from agentic_rl.config.load import load_config
+    from agentic_rl.learner.batch import Episodes
     from agentic_rl.learner.update import update
     from agentic_rl.model.lora import parameter_counts
     from agentic_rl.train.batch import prepare_batch
-    from agentic_rl.train.loop import build
-    from agentic_rl.train.setup import make_optimizer
-    from agentic_rl.train.shaping import Episodes
+    from agentic_rl.train.setup import build, make_optimizer
     from agentic_rl.types import Task, Trajectory
 
     overrides = [

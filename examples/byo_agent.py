@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from agentic_rl.config.load import load_config
     from agentic_rl.retrieval.server import BackgroundServer
     from agentic_rl.serving.policy_server import PolicyService, create_app
-    from agentic_rl.train.loop import build
+    from agentic_rl.train.setup import build
 
     model = "smollm2-135m" if args.bundled else "tiny"
     overrides = [f"model.name={model}", f"trainer.out_dir={args.out}", "optim.lr=1e-4"]

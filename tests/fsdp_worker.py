@@ -194,11 +194,9 @@ def check_generator(base, dp, single_policy, sharded_policy) -> dict:
     sampled = generator.generate([[1, 2, 3]], params)[0].token_ids
     every = [None] * dp.world_size
     dist.all_gather_object(every, sampled)
-    played = dp.play(
-        lambda tasks, groups: [[f"{t}@{dp.rank}"] for t in tasks],
-        ["a", "b", "c", "d", "e"],
-        ["g0", "g0", "g1", "g2", "g2"],
-    )
+    tasks, groups = ["a", "b", "c", "d", "e"], ["g0", "g0", "g1", "g2", "g2"]
+    mine = dp.my_share(groups)
+    played = dp.gather_episodes(mine, [[f"{tasks[i]}@{dp.rank}"] for i in mine], len(tasks))
     everyone = [None] * dp.world_size
     dist.all_gather_object(everyone, played)
     return {

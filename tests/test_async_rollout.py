@@ -14,14 +14,13 @@ import torch
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.learner.batch import collate
+from agentic_rl.learner.batch import Episodes, collate
 from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
 from agentic_rl.model.load import token_logprobs
 from agentic_rl.rollout.formats.chat import make_chat_format
 from agentic_rl.rollout.loop import policy_actor, run_episodes
 from agentic_rl.scale.async_rollout import VersionedGenerator, correct_stale, staleness_metrics
-from agentic_rl.train import loop as trainer
-from agentic_rl.train.shaping import Episodes
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Trajectory
 
 
@@ -155,7 +154,7 @@ SMOKE = [
 
 def _train(tmp_path, name: str, extra: list[str]) -> list[dict]:
     cfg = load_config("calculator_grpo", [*SMOKE, f"trainer.out_dir={tmp_path / name}", *extra])
-    trainer.train(cfg)
+    train_recipe(cfg)
     lines = (tmp_path / name / "calculator_grpo" / "metrics.jsonl").read_text().splitlines()
     return [m for m in map(json.loads, lines) if "train/reward" in m]
 

@@ -145,7 +145,7 @@ def test_a_model_pickled_into_a_fresh_process_still_generates(tmp_path) -> None:
     script = (
         "import torch\n"
         "from agentic_rl.backends.hf import HFGenerator\n"
-        "from agentic_rl.config.load import ModelConfig\n"
+        "from agentic_rl.config.rollout import ModelConfig\n"
         "from agentic_rl.model.load import load_tokenizer\n"
         "from agentic_rl.types import SamplingParams\n"
         f"model = torch.load({str(tmp_path / 'model.pt')!r}, weights_only=False)\n"

@@ -2,8 +2,8 @@
 
 import pytest
 
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.train import shaping as bf
-from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Task, Trajectory
 
 

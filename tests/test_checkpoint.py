@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
+from agentic_rl.checkpoint import io as ckpt
 from agentic_rl.checkpoint.io import (
     CheckpointError,
     CheckpointWriteError,
     load_checkpoint,
     save_checkpoint,
 )
-from agentic_rl.checkpoint import io as ckpt
 from agentic_rl.checkpoint.layout import COMPLETE_MARKER, latest_checkpoint
 
 

@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError, parse_override, resolve_recipe
+from agentic_rl.config.schema import Config
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

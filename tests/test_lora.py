@@ -93,9 +93,9 @@ def test_reference_is_the_base_model_with_the_adapter_off():
 def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
     """No frozen copy under LoRA, and prepare_batch's reference logprobs are the base model's
     (they would equal the policy's if the adapter were not switched off)."""
+    from agentic_rl.learner.batch import Episodes
     from agentic_rl.train.batch import prepare_batch
-    from agentic_rl.train.loop import build
-    from agentic_rl.train.shaping import Episodes
+    from agentic_rl.train.setup import build
     from agentic_rl.types import Task, Trajectory
 
     cfg = load_config(
@@ -239,7 +239,8 @@ def test_smoke_recipe_trains_only_the_adapter_and_resumes(tmp_path):
     """The defining mechanism end to end: after RL steps with LoRA the base weights are bit-for-
     bit the initial ones, the adapter moved, checkpoints are adapter-only, and a resumed run
     continues from the adapter."""
-    from agentic_rl.train.loop import build, train
+    from agentic_rl.train.loop import train
+    from agentic_rl.train.setup import build
 
     overrides = [
         "model.name=tiny",

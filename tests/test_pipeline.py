@@ -6,8 +6,7 @@ from safetensors.torch import load_file
 
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.train.loop import train
-from agentic_rl.train.stages import stage_configs
+from agentic_rl.train.stages import stage_configs, train_recipe
 
 RECIPE = """
 description: two stages
@@ -63,7 +62,7 @@ def test_bad_stages_fail_at_load(tmp_path, stages, match):
 
 def test_pipeline_chains_weights_and_skips_finished_stages(tmp_path, capsys):
     cfg = load_config(write(tmp_path), [f"trainer.out_dir={tmp_path}"])
-    summary = train(cfg)
+    summary = train_recipe(cfg)
     assert set(summary["stages"]) == {"sft", "rl"}
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["recipe"] == "two"
     exported = load_file(tmp_path / "two" / "sft" / "model" / "model.safetensors")
@@ -74,6 +73,6 @@ def test_pipeline_chains_weights_and_skips_finished_stages(tmp_path, capsys):
     for name in common:
         assert torch.equal(exported[name], start[name]), name
     capsys.readouterr()
-    train(cfg)  # a rerun finds both stages done
+    train_recipe(cfg)  # a rerun finds both stages done
     out = capsys.readouterr().out
     assert out.count("already done, skipped") == 2

@@ -18,10 +18,12 @@ import pytest
 from agentic_rl.checkpoint.layout import latest_checkpoint
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.envs.from_config import make_envs, make_tasks
 from agentic_rl.rollout.loop import policy_actor, run_episodes, step_envs
 from agentic_rl.scale.ray_generator import RayGenerator
 from agentic_rl.scale.ray_pool import EnvPool, RayError, import_ray
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.setup import Setup, build
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Action
 
 # A tiny random model on a few short turns: the numbers compared are exact either way.
@@ -76,7 +78,7 @@ def test_smoke_recipe_through_ray_matches_in_process_run(cluster, tmp_path):
         cfg = load_config(
             "calculator_grpo", [*FAST, f"trainer.out_dir={tmp_path / name}", *extra], True
         )
-        trainer.train(cfg)
+        train_recipe(cfg)
         lines = (tmp_path / name / "calculator_grpo" / "metrics.jsonl").read_text().splitlines()
         runs[name] = [json.loads(line) for line in lines]
     assert len(runs["local"]) == len(runs["ray"]) == 3  # 2 steps + the final eval
@@ -88,11 +90,9 @@ def test_smoke_recipe_through_ray_matches_in_process_run(cluster, tmp_path):
     assert all(m["train/loss"] != 0 for m in steps)  # the updates ran
 
 
-def _ray_setup(extra: list[str]) -> tuple[trainer.Setup, trainer.Setup]:
-    local = trainer.build(load_config("calculator_grpo", FAST, smoke=True))
-    remote = trainer.build(
-        load_config("calculator_grpo", [*FAST, "ray.enabled=true", *extra], True)
-    )
+def _ray_setup(extra: list[str]) -> tuple[Setup, Setup]:
+    local = build(load_config("calculator_grpo", FAST, smoke=True))
+    remote = build(load_config("calculator_grpo", [*FAST, "ray.enabled=true", *extra], True))
     return local, remote
 
 
@@ -123,7 +123,7 @@ def test_killed_worker_episode_is_replayed_identically_and_counted(cluster):
             remote.tokenizer, cfg, 3,
         )  # fmt: skip
         assert pool.take_metrics() == {"env_workers_lost": 1.0, "env_episodes_replayed": 1.0}
-        envs_local = trainer.make_envs(local.cfg, 2)
+        envs_local = make_envs(local.cfg, 2)
         act = policy_actor(local.generator, local.fmt, local.cfg.rollout, seed=3)
         expected = run_episodes(
             envs_local, tasks, ["g", "g"], act, local.fmt, local.tokenizer, local.cfg.rollout, 3
@@ -149,7 +149,7 @@ def test_slow_steps_on_different_workers_overlap(cluster):
     pool = EnvPool(cfg)
     try:
         envs = pool.make(2)
-        for env, task in zip(envs, trainer.make_tasks(cfg, "eval")[:2], strict=True):
+        for env, task in zip(envs, make_tasks(cfg, "eval")[:2], strict=True):
             env.reset(task, seed=0)
         t0 = time.perf_counter()
         results = step_envs(envs, [Action(kind="answer", text="1")] * 2)

@@ -9,7 +9,7 @@ from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.cli import main
 from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.formats.chat import encode_text
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.collect import DynamicSamplingError
 from agentic_rl.types import Completion
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]  # then "--smoke", after the overrides
@@ -55,7 +55,7 @@ def test_dapo_math_smoke_drops_equal_reward_groups_and_samples_more(tmp_path, mo
 
 def test_dapo_math_smoke_with_constant_rewards_fails_with_the_dynamic_sampling_error(tmp_path):
     out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=dapo", "filters.max_gen_batches=2"]
-    with pytest.raises(trainer.DynamicSamplingError, match="filters.max_gen_batches=2"):
+    with pytest.raises(DynamicSamplingError, match="filters.max_gen_batches=2"):
         main(["train", "dapo_math", *SMOKE, *out, "warm_start.num_tasks=0", "--smoke"])
 
 

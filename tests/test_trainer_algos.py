@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from agentic_rl.config.load import load_config
-from agentic_rl.train.loop import build, train_step
-from agentic_rl.train.setup import make_optimizer
+from agentic_rl.train.loop import train_step
+from agentic_rl.train.setup import build, make_optimizer
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ import torch
 from agentic_rl.config.load import load_config
 from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.train.batch import prepare_batch
-from agentic_rl.train.loop import DynamicSamplingError, build, collect, train_step
-from agentic_rl.train.setup import make_optimizer
+from agentic_rl.train.collect import DynamicSamplingError, collect
+from agentic_rl.train.loop import train_step
+from agentic_rl.train.setup import build, make_optimizer
 from agentic_rl.types import Completion
 
 

@@ -17,10 +17,10 @@ from agentic_rl.tools.sandbox.cli import add_sandbox_command
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from agentic_rl.train.loop import train
+    from agentic_rl.train.stages import train_recipe
 
     cfg = load_config(args.recipe, args.overrides, smoke=args.smoke)
-    train(cfg)
+    train_recipe(cfg)
     if cfg.learner.strategy == "fsdp2":  # torchrun: every process leaves the group together
         from agentic_rl.scale.fsdp import shutdown
 
@@ -31,7 +31,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from agentic_rl.checkpoint.io import load_checkpoint
     from agentic_rl.checkpoint.layout import latest_checkpoint
-    from agentic_rl.train.loop import build, evaluate
+    from agentic_rl.train.collect import evaluate
+    from agentic_rl.train.setup import build
 
     cfg = load_config(args.recipe, args.overrides)
     setup = build(cfg)

@@ -29,8 +29,8 @@ def test_trainer_sends_new_weights_to_a_generator_with_its_own_copy(tmp_path):
     """After each update the trainer hands the learner's weights to the generator; without
     that sync a generator holding its own copy (vLLM's case) would keep sampling from the
     initial policy."""
-    from agentic_rl.train.loop import build, train_step
-    from agentic_rl.train.setup import make_optimizer
+    from agentic_rl.train.loop import train_step
+    from agentic_rl.train.setup import build, make_optimizer
 
     cfg = load_config(
         None,

@@ -19,7 +19,7 @@ from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.rollout.loop import Actor, Episode
 from agentic_rl.tools.sandbox import shared
-from agentic_rl.train import loop as trainer
+from agentic_rl.train import collect
 from agentic_rl.types import Completion
 
 Script = Callable[[Episode, int, int], str]
@@ -53,7 +53,7 @@ def scripted_actor(script: Script, tokenizer: Any) -> Actor:
 def scripted(monkeypatch, tokenizer) -> Callable[[Script], Actor]:
     def install(script: Script) -> Actor:
         actor = scripted_actor(script, tokenizer)
-        monkeypatch.setattr(trainer, "policy_actor", lambda *args, **kwargs: actor)
+        monkeypatch.setattr(collect, "policy_actor", lambda *args, **kwargs: actor)
         return actor
 
     return install

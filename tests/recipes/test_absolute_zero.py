@@ -32,8 +32,10 @@ from agentic_rl.rewards.absolute_zero import validate_task
 from agentic_rl.tools.sandbox import shared
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
-from agentic_rl.train import loop as trainer
-from agentic_rl.train.self_play import TaskBuffer
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.self_play import TaskBuffer, self_play_step
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Action
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]
@@ -147,7 +149,7 @@ def script(ep, index, turn):
 def az_setup(tmp_path, *overrides):
     sizes = ["rollout.tasks_per_step=2", "rollout.group_size=4", "env.options.solve_samples=4"]
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", *sizes, *overrides]
-    return trainer.build(load_config("absolute_zero", overrides, smoke=True))
+    return build(load_config("absolute_zero", overrides, smoke=True))
 
 
 def bucket(episodes, task_type, role):
@@ -163,7 +165,7 @@ def test_learnability_buffer_and_trr_pp_through_the_self_play_step(
 ):
     scripted(script)
     setup = az_setup(tmp_path)
-    episodes, generated, metrics = trainer.collect(setup, 1)
+    episodes, generated, metrics = self_play_step(setup, 1)
     assert episodes is generated and len(episodes) == 2 * 3 * 2 * 4  # roles x types x 2 x G
     rewards = episodes.rewards()
     deduction = bucket(episodes, "deduction", "propose")
@@ -181,7 +183,7 @@ def test_learnability_buffer_and_trr_pp_through_the_self_play_step(
     assert CodeTask(TRIPLE, ("4",), ("13",)) in TaskBuffer.load(path, before_step=2).programs()
     assert TaskBuffer.load(path, before_step=1).programs() == seed_programs("train")
 
-    batch = trainer.prepare_batch(setup, episodes)
+    batch = prepare_batch(setup, episodes)
     adv = (batch.advantages * batch.loss_mask).sum(1) / batch.loss_mask.sum(1)  # per sequence
     # TRR++ bucket (deduction, propose): rewards 0.75 x4, -1 x4 -> mean -0.125, unbiased
     # std sqrt(8 * 0.875^2 / 7) = sqrt(0.875); A = +-0.875 / sqrt(0.875) = +-sqrt(0.875)
@@ -196,7 +198,7 @@ def test_learnability_buffer_and_trr_pp_through_the_self_play_step(
     # GRPO normalises within each prompt's group instead: both deduction-proposer groups are
     # constant (0.75 x4 and -1 x4), so that signal vanishes without TRR++'s buckets.
     setup.cfg = load_config("absolute_zero", [*FAST, "algo.name=grpo"], smoke=True)
-    grpo = trainer.prepare_batch(setup, episodes)
+    grpo = prepare_batch(setup, episodes)
     assert (grpo.advantages[deduction] * grpo.loss_mask[deduction]).abs().max() == 0
 
 
@@ -219,7 +221,7 @@ def test_smoke(tmp_path, scripted, shared_pools):
     # every branch of the step: a random model only ever writes format errors.
     scripted(script)
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", "env.num_eval_tasks=3"]
-    summary = trainer.train(
+    summary = train_recipe(
         load_config("absolute_zero", [*overrides, "trainer.eval_before=false"], smoke=True)
     )
     assert summary["steps"] == 2

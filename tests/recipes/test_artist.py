@@ -11,7 +11,10 @@ import pytest
 import torch
 
 from agentic_rl.config.load import load_config
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.collect import collect, expert_demos
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a
@@ -22,14 +25,14 @@ FAST = ["trainer.eval_before=false"]
 def test_artist_smoke(tmp_path, warm_start_episodes, no_stray_processes):
     cfg = load_config("artist", [*SMOKE, *FAST, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.env.name == "math_multitool" and cfg.rollout.chat_format == "hermes_multi"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     assert warm_start_episodes(tmp_path / "artist") == 8  # every expert episode succeeded
 
 
 def test_warm_start_demonstrates_both_tools(no_stray_processes):
-    setup = trainer.build(load_config("artist", SMOKE + ["env.num_train_tasks=200"], smoke=True))
-    demos, successes = trainer.expert_demos(setup, 24)
+    setup = build(load_config("artist", SMOKE + ["env.num_train_tasks=200"], smoke=True))
+    demos, successes = expert_demos(setup, 24)
     assert successes == 24
     texts = [d.completion_text for d in demos]
     assert any('"name": "calc"' in t for t in texts) and any('"name": "python"' in t for t in texts)
@@ -62,10 +65,10 @@ def rewards(scripted, overrides):
     cfg = load_config(
         "artist", [*SMOKE, "rollout.group_size=4", "rollout.max_turns=3", *overrides], smoke=True
     )
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     scripted(script)
-    episodes, _, _ = trainer.collect(setup, step=1)
-    batch = trainer.prepare_batch(setup, episodes)
+    episodes, _, _ = collect(setup, step=1)
+    batch = prepare_batch(setup, episodes)
     assert torch.equal(batch.rewards, episodes.rewards())  # what the learner sees
     return episodes.rewards().view(2, 4)  # [tasks, plans]
 

@@ -12,7 +12,10 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.logging import read_metrics
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.collect import collect
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck
 LIGHT = ["trainer.eval_before=false"]
@@ -23,7 +26,7 @@ def test_asearcher_smoke(tmp_path):
     cfg = load_config("asearcher", [*SMOKE, *LIGHT, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.rollout.context_budget == 384 and cfg.rollout.max_turns == 6
     assert cfg.rollout.max_staleness == 1  # rollouts run asynchronously from the updates
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2 and "after" in summary
     rows = read_metrics(tmp_path / "asearcher" / "metrics.jsonl")
     assert sum("train/reward" in r for r in rows) == 2
@@ -34,7 +37,7 @@ def rollout(scripted, overrides):
     """One training batch of the recipe with group size 2: sample 0 of a group follows the
     expert, sample 1 too but answers wrong. Also returns the context length of every turn."""
     cfg = load_config("asearcher", [*SMOKE, "rollout.group_size=2", *overrides])
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     contexts = []
 
     def script(ep, index, turn):
@@ -45,7 +48,7 @@ def rollout(scripted, overrides):
         return text
 
     scripted(script)
-    episodes, _, _ = trainer.collect(setup, step=1)
+    episodes, _, _ = collect(setup, step=1)
     return setup, episodes, contexts
 
 
@@ -61,7 +64,7 @@ def test_contexts_stay_within_the_budget_and_exceed_it_without(scripted):
     assert all(len(samples) > 1 for samples in episodes.samples)  # cut into segments
     for segmented, whole in zip(episodes.samples, plain.samples, strict=True):
         assert sum(sum(s.loss_mask) for s in segmented) == sum(whole[0].loss_mask)
-    batch = trainer.prepare_batch(setup, episodes)
+    batch = prepare_batch(setup, episodes)
     rows = batch.loss_mask.argmax(dim=1)
     first = batch.advantages[torch.arange(len(batch)), rows]
     # GRPO over [1, 0]: +-(0.5 / std) = +-0.7071, on every segment of the episode

@@ -14,7 +14,9 @@ import pytest
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.code_repair import load_code_repair_tasks, oracle_completion
 from agentic_rl.tools.sandbox import shared
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.collect import rollout
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a
@@ -50,7 +52,7 @@ PLANS = [HOSTILE, HALF_FIX, oracle_completion(TASK), "<solution>no thinking</sol
 def test_code_tests_smoke(tmp_path, warm_start_episodes, no_stray_processes):
     cfg = load_config("code_tests", [*SMOKE, *FAST, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.env.options["reward"] == "tests"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     assert warm_start_episodes(tmp_path / "code_tests") == 8  # every expert episode succeeded
 
@@ -61,9 +63,9 @@ def rewards(scripted, overrides):
         [*SMOKE, "env.options.test_timeout_s=2.0", *overrides],
         smoke=True,
     )
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     scripted(lambda ep, index, turn: PLANS[index])
-    episodes = trainer.rollout(setup, [TASK], group_size=len(PLANS), seed=0, step=1)
+    episodes = rollout(setup, [TASK], group_size=len(PLANS), seed=0, step=1)
     return [s[0].reward for s in episodes.samples], [s[0].metrics for s in episodes.samples]
 
 

@@ -16,10 +16,14 @@ import pytest
 import torch
 
 from agentic_rl.config.load import load_config
+from agentic_rl.envs.from_config import make_envs
 from agentic_rl.envs.web_qa import FAKE_WEB_URL, WebQAEnv
 from agentic_rl.logging import read_metrics
 from agentic_rl.tools.web import LocalFakeProvider, WebDisabledError
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.collect import collect, expert_demos
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck
 LIGHT = ["trainer.eval_before=false"]
@@ -38,7 +42,7 @@ def offline(monkeypatch):
 def test_deepresearcher_smoke(tmp_path, offline):
     cfg = load_config("deepresearcher", [*SMOKE, *LIGHT, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.env.name == "web_qa" and cfg.env.options["reward"] == "deepresearcher"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2 and "after" in summary
     rows = read_metrics(tmp_path / "deepresearcher" / "metrics.jsonl")
     assert sum("train/reward" in r for r in rows) == 2
@@ -58,15 +62,15 @@ def script(ep, index, turn):
 
 def test_pages_are_condensed_and_rewards_follow_the_rules(scripted, offline):
     cfg = load_config("deepresearcher", [*SMOKE, "rollout.group_size=3"])
-    setup = trainer.build(cfg)
-    env = trainer.make_envs(cfg, 1)[0]
+    setup = build(cfg)
+    env = make_envs(cfg, 1)[0]
     assert isinstance(env, WebQAEnv) and [t.name for t in env.tools] == [
         "web_search",
         "browse_webpage",
     ]
     assert isinstance(env.tools[0].provider, LocalFakeProvider)
     scripted(script)
-    episodes, _, _ = trainer.collect(setup, step=1)
+    episodes, _, _ = collect(setup, step=1)
     for samples, task in zip(episodes.samples, episodes.tasks, strict=True):
         (episode,) = samples
         pages = re.findall(r"<information>(Page: .*?)</information>", episode.completion_text, re.S)
@@ -79,7 +83,7 @@ def test_pages_are_condensed_and_rewards_follow_the_rules(scripted, offline):
     # per group: the expert 1.0; a turn without <think> -1; F1 of "X city" = 2 * 1/2 / 1.5 = 2/3
     rewards = episodes.rewards().view(2, 3)
     assert torch.allclose(rewards, torch.tensor([1.0, -1.0, 2 / 3]).expand(2, 3))
-    batch = trainer.prepare_batch(setup, episodes)
+    batch = prepare_batch(setup, episodes)
     r = torch.tensor([1.0, -1.0, 2 / 3])
     expected = (r - r.mean()) / (r.std() + 1e-6)  # GRPO over each group
     first = batch.advantages[torch.arange(6), batch.loss_mask.argmax(dim=1)]
@@ -89,16 +93,16 @@ def test_pages_are_condensed_and_rewards_follow_the_rules(scripted, offline):
 def test_real_web_needs_explicit_settings(offline):
     cfg = load_config("deepresearcher", [*SMOKE, "env.options.provider=http"])
     with pytest.raises(ValueError, match="http_endpoint"):
-        trainer.build(cfg)
+        build(cfg)
     endpoint = "env.options.http_endpoint=https://search.invalid/api"
     cfg = load_config("deepresearcher", [*SMOKE, "env.options.provider=http", endpoint])
     with pytest.raises(WebDisabledError, match="enable_web"):
-        trainer.build(cfg)
+        build(cfg)
 
 
 def test_warm_start_demonstrations_are_well_formed(tokenizer, offline):
-    setup = trainer.build(load_config("deepresearcher", SMOKE))
-    demos, successes = trainer.expert_demos(setup, 4)
+    setup = build(load_config("deepresearcher", SMOKE))
+    demos, successes = expert_demos(setup, 4)
     assert successes == 4 and len(demos) == 4
     for demo in demos:
         assert demo.reward == 1.0  # DeepResearcher's score: every turn well formed, F1 1

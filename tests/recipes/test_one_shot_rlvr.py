@@ -14,13 +14,16 @@ import json
 import pytest
 import torch
 
-from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import build_dataclass
+from agentic_rl.config.schema import Config
 from agentic_rl.envs.calculator import make_calculator_tasks
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import _micro_batch_loss, update
 from agentic_rl.model.load import tiny_model
-from agentic_rl.train import loop as trainer
+from agentic_rl.train import collect
+from agentic_rl.train.collect import rollout
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Trajectory
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]
@@ -33,16 +36,16 @@ def rl_stage(*overrides: str) -> Config:
 
 def test_smoke_trains_every_step_on_the_one_example(tmp_path, monkeypatch):
     calls = []
-    real_rollout = trainer.rollout
+    real_rollout = rollout
 
     def recording(setup, tasks, group_size, seed, step):
         stage = setup.cfg.trainer.run_name.split("/")[-1]
         calls.append((stage, len(setup.train_tasks), [t.task_id for t in tasks], group_size))
         return real_rollout(setup, tasks, group_size, seed, step)
 
-    monkeypatch.setattr(trainer, "rollout", recording)
+    monkeypatch.setattr(collect, "rollout", recording)
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", "env.num_eval_tasks=2"]
-    summary = trainer.train(load_config("one_shot_rlvr", overrides, smoke=True))
+    summary = train_recipe(load_config("one_shot_rlvr", overrides, smoke=True))
     assert list(summary["stages"]) == ["format_sft", "one_shot_rl"]
     one_shot = [c for c in calls if c[0] == "one_shot_rl"]
     assert len(one_shot) == summary["stages"]["one_shot_rl"]["steps"] == 2

@@ -18,8 +18,9 @@ from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.rollout.loop import policy_actor
 from agentic_rl.rollout.thinking import EMPTY_THINK, QWEN3_FORCED_STOP
-from agentic_rl.train import loop as trainer
-from agentic_rl.train.stages import stage_configs
+from agentic_rl.train.collect import expert_demos, play
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import stage_configs, train_recipe
 from agentic_rl.types import Completion
 
 STAGES = ["cot_sft", "reasoning_rl", "fusion_sft", "general_rl"]
@@ -51,8 +52,8 @@ def test_fusion_sft_demonstrates_both_modes(tokenizer):
     stage = load_config("qwen3_thinking", FAST, smoke=True).stages[2]
     cfg = load_config("qwen3_thinking", [*FAST, "rollout.thinking_mode=both"], smoke=True)
     assert stage["rollout"]["thinking_mode"] == "both"
-    setup = trainer.build(cfg)
-    demos, successes = trainer.expert_demos(setup, 12)
+    setup = build(cfg)
+    demos, successes = expert_demos(setup, 12)
     assert successes == 12
     modes = []
     for demo in demos:
@@ -66,7 +67,7 @@ def test_fusion_sft_demonstrates_both_modes(tokenizer):
     assert 0 < modes.count("think") < len(modes)
     # without the fusion switch (stage 1's setting) every demonstration thinks
     setup.cfg = load_config("qwen3_thinking", [*FAST, "rollout.thinking_mode=think"], smoke=True)
-    demos, _ = trainer.expert_demos(setup, 12)
+    demos, _ = expert_demos(setup, 12)
     assert all("/no_think" not in split_demo(d, tokenizer)[0] for d in demos)
 
 
@@ -90,11 +91,11 @@ class Rambler:
 def test_rl_rollouts_cut_thinking_at_the_budget(tokenizer):
     cfg = load_config("qwen3_thinking", FAST, smoke=True)
     budget = cfg.rollout.think_budget
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     setup.generator = Rambler(tokenizer)
     act = policy_actor(setup.generator, setup.fmt, cfg.rollout, seed=0, tokenizer=tokenizer)
     phrase = encode_text(tokenizer, QWEN3_FORCED_STOP)
-    for (t,) in trainer.play(setup, setup.train_tasks[:2], ["a", "b"], act, seed=0):
+    for (t,) in play(setup, setup.train_tasks[:2], ["a", "b"], act, seed=0):
         start, end = t.turn_spans[0]
         mask = t.loss_mask[start:end]
         cut = mask.index(0)  # the first inserted token: the stop phrase
@@ -121,7 +122,7 @@ def test_smoke_runs_the_four_stages_in_order(tmp_path, capsys, scripted):
         )
     )
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", "env.num_eval_tasks=2"]
-    summary = trainer.train(load_config("qwen3_thinking", overrides, smoke=True))
+    summary = train_recipe(load_config("qwen3_thinking", overrides, smoke=True))
     assert list(summary["stages"]) == STAGES
     out = capsys.readouterr().out
     positions = [out.index(f"({name}) from model") for name in STAGES]

@@ -17,8 +17,7 @@ from agentic_rl.envs.multihop import MultiHopQAEnv
 from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
-from agentic_rl.train import loop as trainer
-from agentic_rl.train.stages import stage_configs
+from agentic_rl.train.stages import stage_configs, train_recipe
 from agentic_rl.types import Task
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
@@ -39,7 +38,7 @@ def test_stages_use_their_rewards_and_stage_2_starts_from_stage_1(tmp_path, scri
     assert stage1.env.options["reward"] == "r1_searcher_stage1"
     assert stage2.env.options["reward"] == "r1_searcher_stage2"
     assert stage1.warm_start.num_tasks > 0 and stage2.warm_start.num_tasks == 0
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert set(summary["stages"]) == {"stage1", "stage2"}
     run = tmp_path / "r1_searcher"
     exported = load_file(run / "stage1" / "model" / "model.safetensors")

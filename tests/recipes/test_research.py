@@ -18,7 +18,9 @@ from agentic_rl.rewards.search import research_score
 from agentic_rl.rewards.search_format import RESEARCH_TAGS
 from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.collect import expert_demos
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Task
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
@@ -33,13 +35,13 @@ def test_research_smoke(tmp_path, scripted):
     scripted(expert_or_wrong)
     cfg = load_config("research", [*SMOKE, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.algo.name == "grpo" and cfg.env.options["reward"] == "research"
-    setup = trainer.build(cfg)
-    demos, successes = trainer.expert_demos(setup, 2)
+    setup = build(cfg)
+    demos, successes = expert_demos(setup, 2)
     assert successes == 2
     for demo in demos:  # the warm start's demonstrations are in ReSearch's format
         assert demo.reward == 1.0 and "<result>Doc 1(Title:" in demo.completion_text
         assert "The final answer is \\boxed{" in demo.completion_text
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     rows = read_metrics(tmp_path / "research" / "metrics.jsonl")
     rewards = [r["train/reward"] for r in rows if "train/reward" in r]

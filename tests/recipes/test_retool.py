@@ -15,7 +15,10 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.learner.batch import collate
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.collect import collect, expert_demos
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Trajectory
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
@@ -44,14 +47,14 @@ def generated_text(t: Trajectory, tokenizer) -> str:
 def test_retool_smoke(tmp_path, warm_start_episodes, no_stray_processes):
     cfg = load_config("retool", [*SMOKE, *FAST, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.algo.name == "ppo" and cfg.rollout.chat_format == "retool"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     assert warm_start_episodes(tmp_path / "retool") == 8  # every expert episode succeeded
 
 
 def test_sft_traces_hold_code_and_interpreter_output_masked_out(tokenizer, no_stray_processes):
-    setup = trainer.build(load_config("retool", SMOKE, smoke=True))
-    demos, successes = trainer.expert_demos(setup, 4)  # successful (correct) episodes only
+    setup = build(load_config("retool", SMOKE, smoke=True))
+    demos, successes = expert_demos(setup, 4)  # successful (correct) episodes only
     assert successes == 4 and len(demos) == 4
     batch = collate(demos, tokenizer.pad_token_id)  # what train_sft trains on
     for row, demo in enumerate(demos):
@@ -87,10 +90,10 @@ def rl_batch(scripted, overrides):
         [*SMOKE, "rollout.group_size=4", "rollout.max_turns=3", *overrides],
         smoke=True,
     )
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     scripted(script)
-    episodes, _, _ = trainer.collect(setup, step=1)
-    return setup, episodes, trainer.prepare_batch(setup, episodes)
+    episodes, _, _ = collect(setup, step=1)
+    return setup, episodes, prepare_batch(setup, episodes)
 
 
 @pytest.mark.parametrize("unmasked", [False, True])

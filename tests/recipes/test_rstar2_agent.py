@@ -15,8 +15,11 @@ import torch
 
 from agentic_rl.algos.filters import roc_penalties
 from agentic_rl.config.load import load_config
-from agentic_rl.train import loop as trainer
+from agentic_rl.train import collect as collecting
 from agentic_rl.train import shaping as bf
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a
@@ -27,7 +30,7 @@ FAST = ["trainer.eval_before=false"]
 def test_rstar2_agent_smoke(tmp_path, warm_start_episodes, no_stray_processes):
     cfg = load_config("rstar2_agent", [*SMOKE, *FAST, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.filters.roc and cfg.rollout.chat_format == "hermes_multi"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     assert warm_start_episodes(tmp_path / "rstar2_agent") == 8  # every expert episode succeeded
 
@@ -65,10 +68,10 @@ def collect(scripted, overrides):
         + overrides,
         smoke=True,
     )
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     scripted(script)
-    kept, generated, metrics = trainer.collect(setup, step=1)
-    trainer.prepare_batch(setup, kept)  # the kept samples make a valid GRPO batch
+    kept, generated, metrics = collecting.collect(setup, step=1)
+    prepare_batch(setup, kept)  # the kept samples make a valid GRPO batch
     return kept, generated, metrics
 
 

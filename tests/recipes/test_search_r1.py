@@ -15,9 +15,12 @@ import torch
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.learner import update as learner
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.logging import read_metrics
-from agentic_rl.train import loop as trainer
-from agentic_rl.train.shaping import Episodes
+from agentic_rl.train.batch import prepare_batch
+from agentic_rl.train.collect import play
+from agentic_rl.train.setup import build, make_optimizer
+from agentic_rl.train.stages import train_recipe
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 
@@ -36,7 +39,7 @@ def test_search_r1_smoke(tmp_path, scripted, recipe, algo):
     cfg = load_config(recipe, [*SMOKE, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.algo.name == algo and cfg.env.options["reward"] == "search_r1"
     assert not cfg.rollout.train_on_observations
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     rows = read_metrics(tmp_path / recipe / "metrics.jsonl")
     train = [r for r in rows if "train/reward" in r]
@@ -68,11 +71,11 @@ def logprob_gradients(monkeypatch, scripted, unmasked: bool):
     flag = "true" if unmasked else "false"
     overrides = [*SMOKE, f"rollout.train_on_observations={flag}", "optim.micro_batch_size=8"]
     cfg = load_config("search_r1", overrides, smoke=True)
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     tasks = setup.train_tasks[:2]
-    samples = trainer.play(setup, tasks, ["a", "b"], scripted(expert_then_right_or_wrong), 0)
+    samples = play(setup, tasks, ["a", "b"], scripted(expert_then_right_or_wrong), 0)
     assert [s[0].reward for s in samples] == [1.0, pytest.approx(0.2)]
-    batch = trainer.prepare_batch(setup, Episodes(samples, tasks))
+    batch = prepare_batch(setup, Episodes(samples, tasks))
     captured = []
     real = learner.token_logprobs
 
@@ -84,7 +87,7 @@ def logprob_gradients(monkeypatch, scripted, unmasked: bool):
         return logprobs, entropy, hidden
 
     monkeypatch.setattr(learner, "token_logprobs", spy)
-    learner.update(setup.policy, trainer.make_optimizer(setup), batch, cfg, setup.value_head)
+    learner.update(setup.policy, make_optimizer(setup), batch, cfg, setup.value_head)
     (logprobs,) = captured  # both rows in one micro-batch
     rows = learner._rows_with_gradient(batch, cfg.algo, setup.value_head)
     grads = torch.zeros_like(batch.loss_mask)

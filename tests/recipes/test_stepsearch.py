@@ -22,7 +22,7 @@ from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.tools.search import BM25Search
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Task
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
@@ -36,7 +36,7 @@ def test_stepsearch_smoke(tmp_path, scripted):
     scripted(expert_or_wrong)
     cfg = load_config("stepsearch", [*SMOKE, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.algo.name == "ppo" and cfg.env.options["step_reward_weight"] == 0.6
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     rows = [
         r for r in read_metrics(tmp_path / "stepsearch" / "metrics.jsonl") if "train/reward" in r

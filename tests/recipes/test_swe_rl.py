@@ -14,7 +14,9 @@ import pytest
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.code_repair import load_code_repair_tasks, oracle_completion
 from agentic_rl.rewards.code import unified_diff
-from agentic_rl.train import loop as trainer
+from agentic_rl.train.collect import rollout
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 # The smoke run skips the evaluations before RL (the generation they cost is most of a
@@ -49,16 +51,16 @@ PLANS = [
 def test_swe_rl_smoke(tmp_path, warm_start_episodes, no_stray_processes):
     cfg = load_config("swe_rl", [*SMOKE, *FAST, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.env.options["reward"] == "swe_rl" and cfg.rollout.chat_format == "swe_rl"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2
     assert warm_start_episodes(tmp_path / "swe_rl") == 8  # every expert episode succeeded
 
 
 def rewards(scripted, overrides):
     cfg = load_config("swe_rl", [*SMOKE, *overrides], smoke=True)  # one turn (its smoke section)
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     scripted(lambda ep, index, turn: PLANS[index])
-    episodes = trainer.rollout(setup, [TASK], group_size=len(PLANS), seed=0, step=1)
+    episodes = rollout(setup, [TASK], group_size=len(PLANS), seed=0, step=1)
     return [s[0].reward for s in episodes.samples]
 
 

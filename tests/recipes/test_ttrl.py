@@ -12,12 +12,15 @@ import dataclasses
 
 import pytest
 
-from agentic_rl.config.load import Config, load_config
+from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import build_dataclass
+from agentic_rl.config.schema import Config
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.logging import read_metrics
-from agentic_rl.train import loop as trainer
 from agentic_rl.train import shaping as bf
-from agentic_rl.train.shaping import Episodes
+from agentic_rl.train.collect import collect
+from agentic_rl.train.setup import build
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Task, Trajectory
 
 FAST = ["model.name=tiny", "trainer.progress=false", "trainer.tensorboard=false"]
@@ -30,7 +33,7 @@ def ttrl_stage(*overrides: str) -> Config:
 
 def test_smoke_logs_label_accuracy_every_label_free_step(tmp_path):
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", "env.num_eval_tasks=2"]
-    summary = trainer.train(load_config("ttrl", overrides, smoke=True))
+    summary = train_recipe(load_config("ttrl", overrides, smoke=True))
     assert list(summary["stages"]) == ["format_sft", "ttrl"]
     rows = [
         r for r in read_metrics(tmp_path / "ttrl" / "ttrl" / "metrics.jsonl") if "train/reward" in r
@@ -62,14 +65,14 @@ def collect_rewards(setup, scripted, originals, gold):
     setup.train_tasks = [
         dataclasses.replace(t, answers=[gold(t.answers[0])]) for t in originals.values()
     ]
-    kept, generated, metrics = trainer.collect(setup, 1)
+    kept, generated, metrics = collect(setup, 1)
     return [s[0].reward for s in generated.samples], metrics
 
 
 def test_rewards_come_from_the_vote_not_the_gold(scripted):
     cfg = ttrl_stage("filters.ttrl_vote_samples=4")
     assert cfg.filters.ttrl_vote_samples == 4
-    setup = trainer.build(cfg)
+    setup = build(cfg)
     originals = {t.task_id: t for t in setup.train_tasks}
     rewards, metrics = collect_rewards(setup, scripted, originals, str)  # gold unchanged
     rewards_changed, metrics_changed = collect_rewards(setup, scripted, originals, seven)

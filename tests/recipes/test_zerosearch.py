@@ -13,10 +13,12 @@ import pytest
 
 from agentic_rl.config.load import load_config
 from agentic_rl.envs import zerosearch as zs
+from agentic_rl.envs.from_config import make_envs
 from agentic_rl.logging import read_metrics
 from agentic_rl.retrieval.simulated import SimulatedSearchTool
 from agentic_rl.tools.search import BM25Search
-from agentic_rl.train import loop as trainer
+from agentic_rl.train import collect
+from agentic_rl.train.stages import train_recipe
 from agentic_rl.types import Completion
 
 # the smoke run skips the evaluation before training: the shared CPU is the bottleneck
@@ -28,7 +30,7 @@ def test_zerosearch_smoke(tmp_path):
     zs.shared_engine.cache_clear()
     cfg = load_config("zerosearch", [*SMOKE, *LIGHT, f"trainer.out_dir={tmp_path}"], smoke=True)
     assert cfg.env.name == "zerosearch_qa" and cfg.env.options["reward"] == "f1"
-    summary = trainer.train(cfg)
+    summary = train_recipe(cfg)
     assert summary["steps"] == 2 and "after" in summary
     rows = read_metrics(tmp_path / "zerosearch" / "metrics.jsonl")
     assert sum("train/reward" in r for r in rows) == 2
@@ -56,19 +58,19 @@ def test_the_noise_curriculum_follows_training_progress(tmp_path, monkeypatch, s
     monkeypatch.setattr(zs, "load_simulator", lambda name: (simulator, tokenizer))
     zs.shared_engine.cache_clear()
     built = []  # (progress, envs) of every make_envs call of the run
-    real_make_envs = trainer.make_envs
+    real_make_envs = make_envs
 
     def spy(cfg, n, progress=None, *args, **kwargs):
         envs = real_make_envs(cfg, n, progress, *args, **kwargs)
         built.append((progress, envs))
         return envs
 
-    monkeypatch.setattr(trainer, "make_envs", spy)
+    monkeypatch.setattr(collect, "make_envs", spy)
     # the policy searches the question's person four times (distinct queries), then answers
     scripted(lambda ep, i, t: f"<search>{ep.task.fields['entity']} {i} {t}</search>")
     overrides = ["trainer.steps=3", "warm_start.num_tasks=0", "rollout.group_size=4"]
     cfg = load_config("zerosearch", [*SMOKE, *overrides, f"trainer.out_dir={tmp_path}"], smoke=True)
-    trainer.train(cfg)
+    train_recipe(cfg)
 
     training = [(p, envs) for p, envs in built if p is not None]
     # f = (step - 1) / 3 -> p = (4^f - 1) / 3 * 0.5: 0, (4^(1/3) - 1) / 6, (4^(2/3) - 1) / 6

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.model.lora import is_lora, unwrap
 from agentic_rl.types import Completion, SamplingParams
 

@@ -1,7 +1,8 @@
-"""`agentic-rl export CHECKPOINT --out DIR`: a training checkpoint as a plain Hugging Face model.
+"""Plain Hugging Face model directories: `save_hf_model` (the end of a run, a stage handing over to
+the next) and `agentic-rl export CHECKPOINT --out DIR` (a training checkpoint as such a model).
 
-Works on single-process checkpoints (checkpoint.py; a LoRA adapter is merged into the weights)
-and on the sharded checkpoints of a torchrun run (fsdp_checkpoint.py, read in this one process).
+Works on single-process checkpoints (io.py; a LoRA adapter is merged into the weights)
+and on the sharded checkpoints of a torchrun run (sharded.py, read in this one process).
 DIR gets config.json, the safetensors weights and the tokenizer; `model.name=DIR` loads it, in
 training, evaluation or any transformers code.
 """
@@ -12,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from agentic_rl.config.parse import ConfigError, build_dataclass
 from agentic_rl.config.rollout import ModelConfig
@@ -55,7 +58,6 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
     from agentic_rl.checkpoint.io import load_checkpoint
     from agentic_rl.checkpoint.sharded import is_sharded, load_full_policy
     from agentic_rl.model.load import load_policy
-    from agentic_rl.train.sft import save_hf_model
 
     path = resolve_checkpoint(checkpoint)
     out = Path(out)
@@ -86,3 +88,18 @@ def add_export_command(sub: Any) -> None:
         "--model", help="model.name the run trained (default: from RUN/config.json)"
     )
     export.set_defaults(fn=_cmd_export)
+
+
+def save_model(model: nn.Module, tokenizer: Any, out: Path) -> Path:
+    """Save a Hugging Face model directory that `model.name=OUT/model` loads."""
+    return save_hf_model(model, tokenizer, out / "model")
+
+
+def save_hf_model(model: nn.Module, tokenizer: Any, target: Path) -> Path:
+    """Write `target` as a plain Hugging Face model directory (config.json, safetensors
+    weights, tokenizer) that `model.name=TARGET` loads."""
+    from agentic_rl.model.lora import merged_copy
+
+    merged_copy(model).save_pretrained(target)  # a LoRA policy: adapter folded into the weights
+    tokenizer.save_pretrained(target)
+    return target

@@ -210,9 +210,9 @@ def load_full_policy(path: Path, lm: nn.Module) -> None:
     shards into the full tensors."""
     import torch.distributed.checkpoint as dcp
 
-    from agentic_rl.scale.fsdp import CausalLMRoot
-
-    holder = _modules(CausalLMRoot(lm), {})
+    root = nn.Module()  # parameter names as under FSDP's root unit (scale/fsdp.py): "lm." + name
+    root.lm = lm
+    holder = _modules(root, {})
     reader = dcp.FileSystemReader(str(Path(path) / SHARDED_DIR))
     saved = set(reader.read_metadata().state_dict_metadata)
     # state_dict() tensors share the parameters' storage, so the load writes the weights in

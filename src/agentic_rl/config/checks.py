@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agentic_rl.config.parse import ConfigError
 
 if TYPE_CHECKING:
-    from agentic_rl.config.load import Config
+    from agentic_rl.config.schema import Config
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:

@@ -1,212 +1,30 @@
-"""Typed configuration: dataclasses with a docstring per field, YAML recipes, dotted overrides.
+"""Loading a recipe: YAML (a path or a recipe name), dotted command-line overrides, `--smoke`,
+multi-stage `stages:`, then validation (validate.py) of every resulting config.
 
     cfg = load_config("recipes/search_qa_grpo.yaml", ["algo.name=rloo", "trainer.steps=10"])
 
-Everything is validated once, at load (`validate`, in config_validate.py): an unknown key, a
-value of the wrong type or a setting that makes no sense for the chosen algorithm raises
-`ConfigError` naming the key. The YAML/override machinery lives in config_parse.py. The
-sections of the generation side (model, env, rollout, vllm, ray) are in config_rollout.py, the
-algorithm sections (algo, gigpo, filters) in config_algo.py; all are re-exported from here.
+An unknown key, a value of the wrong type or a setting that makes no sense for the chosen
+algorithm raises `ConfigError` naming the key.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agentic_rl.config.algo import AlgoConfig, FilterConfig, GigpoConfig
 from agentic_rl.config.parse import (
-    DEFAULT_RECIPE,
     ConfigError,
     build_dataclass,
     parse_override,
-    recipe_dirs,
     resolve_recipe,
     set_dotted,
 )
-from agentic_rl.config.rollout import EnvConfig, ModelConfig, RayConfig, RolloutConfig, VLLMConfig
-from agentic_rl.config.validate import (
-    ADVANTAGE_ESTIMATORS,
-    ANCHORED_ENVS,
-    CHAT_FORMATS,
-    DTYPES,
-    ENV_NAMES,
-    KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
-    POLICY_LOSSES,
-    ROLLOUT_MODES,
-    validate,
-)
-
-__all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "ANCHORED_ENVS",
-    "CHAT_FORMATS",
-    "DEFAULT_RECIPE",
-    "DTYPES",
-    "ENV_NAMES",
-    "KL_ESTIMATORS",
-    "LOSS_AGGREGATIONS",
-    "POLICY_LOSSES",
-    "ROLLOUT_MODES",
-    "SMOKE_OVERRIDES",
-    "AlgoConfig",
-    "Config",
-    "ConfigError",
-    "DPOConfig",
-    "EnvConfig",
-    "FilterConfig",
-    "GigpoConfig",
-    "LearnerConfig",
-    "ModelConfig",
-    "OptimConfig",
-    "RayConfig",
-    "RolloutConfig",
-    "TrainerConfig",
-    "VLLMConfig",
-    "WarmStartConfig",
-    "load_config",
-    "parse_override",
-    "recipe_dirs",
-    "resolve_recipe",
-    "validate",
-]
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 5e-6
-    """AdamW learning rate for RL."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    beta1: float = 0.9
-    """AdamW beta1."""
-    beta2: float = 0.999
-    """AdamW beta2."""
-    warmup_steps: int = 0
-    """Linear learning-rate warmup steps."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm; 0 disables it."""
-    micro_batch_size: int = 8
-    """Sequences per forward/backward (RL update and warm start); gradients accumulate over
-    the batch."""
-
-
-@dataclass
-class WarmStartConfig:
-    num_tasks: int = 0
-    """Scripted-expert episodes for a supervised warm start before RL; 0 disables it."""
-    epochs: int = 1
-    """Passes over the expert episodes."""
-    lr: float = 1e-4
-    """Learning rate of the warm start."""
-    batch_size: int = 8
-    """Episodes per warm-start optimiser step (run in micro-batches of optim.micro_batch_size)."""
-
-
-@dataclass
-class LearnerConfig:
-    """Where the policy update runs: in this process, or sharded over processes with FSDP2."""
-
-    strategy: str = "single"
-    """"single": this process holds the whole model. "fsdp2": one process per device under
-    torchrun (`torchrun --nproc_per_node=N -m agentic_rl.cli train RECIPE learner.strategy=fsdp2`)
-    on gloo (CPU) or NCCL (GPU); the policy, reference and value head are sharded with torch
-    FSDP2, each process plays its share of every rollout batch on a full copy of the weights
-    (synced after each update) and trains on its share of the batch; sharded checkpoints
-    (torch.distributed.checkpoint) resume only with the same number of processes.
-    Gradient accumulation: each process runs its rows in micro-batches of
-    optim.micro_batch_size sequences and steps once per batch, as in one process."""
-    mixed_precision: str = "no"
-    """"bf16": forward and backward passes compute in bfloat16 over float32 master weights,
-    gradients and optimizer state (needs model.dtype=float32): torch.autocast in one process
-    (CPU or GPU; 2.8x faster forward+backward on a CPU with AVX512-BF16, measured), FSDP2's
-    mixed precision with float32 gradient reduction under fsdp2 (GPU only). "no": model.dtype."""
-    defer_grad_sync: bool = False
-    """fsdp2: reduce gradients across processes once, after the last micro-batch, instead of
-    after every micro-batch: less communication, but each process holds full-size gradients
-    until the optimiser step."""
-
-
-@dataclass
-class DPOConfig:
-    """`agentic-rl dpo`: preference training on trajectory pairs (Rafailov et al. 2023)."""
-
-    beta: float = 0.1
-    """Strength of the implicit KL to the reference: loss = -log sigmoid(beta * margin)."""
-    lr: float = 1e-6
-    """AdamW learning rate."""
-    epochs: int = 1
-    """Passes over the pairs."""
-    batch_size: int = 4
-    """Pairs per optimiser step."""
-
-
-@dataclass
-class TrainerConfig:
-    steps: int = 40
-    """RL steps (one rollout batch and one update each)."""
-    seed: int = 0
-    """Seed of sampling and task order; same seed and config give the same numbers on CPU."""
-    eval_every: int = 0
-    """Evaluate on the held-out tasks every k steps (0: only before and after training)."""
-    eval_before: bool = True
-    """Evaluate the untrained (and the warm-started) model before RL."""
-    save_every: int = 10
-    """Checkpoint every k steps (and at the end)."""
-    keep_last: int = 2
-    """Checkpoints kept on disk."""
-    out_dir: str = "runs"
-    """Runs go to OUT_DIR/RUN_NAME."""
-    run_name: str = ""
-    """Run directory name; default: the recipe name."""
-    resume: bool = True
-    """Continue from the run directory's last checkpoint if there is one."""
-    max_minutes: float = 0.0
-    """Wall-clock budget for the RL steps (0: none); training stops early, saves and evaluates."""
-    tensorboard: bool = True
-    """Write TensorBoard event files under the run directory."""
-    progress: bool = True
-    """Show a progress bar (on a terminal) or one line per step."""
-    export_model: bool = False
-    """At the end, also write the policy as a Hugging Face model dir (RUN_DIR/model),
-    loadable with model.name=DIR; multi-stage recipes set it to chain their stages."""
-
-
-@dataclass
-class Config:
-    recipe: str = "default"
-    """Recipe name (used for the run directory)."""
-    description: str = ""
-    """One line shown by `agentic-rl recipes`."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    gigpo: GigpoConfig = field(default_factory=GigpoConfig)
-    filters: FilterConfig = field(default_factory=FilterConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    dpo: DPOConfig = field(default_factory=DPOConfig)
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    stages: list[dict[str, Any]] = field(default_factory=list)
-    """Multi-stage recipes (e.g. SFT then RL, or two RL stages with different rewards): each
-    entry is `{name: ..., <sections to change>}` over this recipe's settings; stage k + 1
-    starts from stage k's final weights. Filled at load with each stage's complete, validated
-    settings (recipe, then the stage, then --smoke, then command-line overrides)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
+from agentic_rl.config.schema import Config
+from agentic_rl.config.validate import validate
 
 # --smoke: a few tiny steps that exercise every stage of the recipe, for tests and quick checks.
 SMOKE_OVERRIDES = [

@@ -103,6 +103,11 @@ class RolloutConfig:
     (<tool_call>{json}</tool_call>, results in a tool turn)."""
     eval_batch_size: int = 50
     """Episodes decoded together during evaluation."""
+    scheme: str = "sample"
+    """How a training step gathers its episodes: "sample" (rollout.tasks_per_step training tasks
+    x rollout.group_size samples, through the batch filters) or "self_play" (Absolute Zero:
+    the policy proposes tasks, the env validates them, the policy solves them; needs an env
+    with a self-play protocol: env.name=code_self_play)."""
     mode: str = "episode"
     """"episode": one training sample per episode, the context grows turn by turn. "step"
     (GiGPO, verl-agent): every env step is its own training sample whose context is the prompt

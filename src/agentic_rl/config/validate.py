@@ -18,7 +18,7 @@ from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_scale import validate_distributed
 
 if TYPE_CHECKING:
-    from agentic_rl.config.load import Config
+    from agentic_rl.config.schema import Config
 
 ADVANTAGE_ESTIMATORS = (
     "grpo",
@@ -53,6 +53,7 @@ ENV_NAMES = (
 # Envs whose observations carry an anchor state (Observation.anchor), which GiGPO groups on.
 ANCHORED_ENVS = ("gridworld",)
 ROLLOUT_MODES = ("episode", "step")
+ROLLOUT_SCHEMES = ("sample", "self_play")
 GIGPO_NORMS = ("mean_std_norm", "mean_norm")
 CHAT_FORMATS = ("tags", "hermes", "retool", "retool_text", "hermes_multi", "swe_rl")
 DTYPES = ("float32", "bfloat16")
@@ -284,8 +285,17 @@ def _validate_filters(cfg: Config) -> None:
 
 
 def _validate_self_play(cfg: Config) -> None:
-    """env.name=code_self_play runs its own propose/solve step instead of the batch filters."""
-    if cfg.env.name != "code_self_play":
+    """rollout.scheme=self_play runs its own propose/solve step instead of the batch filters;
+    it needs the env that has the self-play protocol, and that env needs it."""
+    _check_choice("rollout.scheme", cfg.rollout.scheme, ROLLOUT_SCHEMES)
+    self_play_env = cfg.env.name == "code_self_play"
+    if self_play_env != (cfg.rollout.scheme == "self_play"):
+        raise ConfigError(
+            f"rollout.scheme={cfg.rollout.scheme} with env.name={cfg.env.name}: the self-play "
+            "scheme (propose, validate, solve) runs with env.name=code_self_play, and that env "
+            "only under rollout.scheme=self_play"
+        )
+    if not self_play_env:
         return
     for key in ("filters.dynamic_sampling", "filters.roc", "filters.ttrl_vote_samples"):
         if _get(cfg, key):

@@ -10,7 +10,7 @@ from agentic_rl.config.checks import _check_choice, _unused
 from agentic_rl.config.parse import ConfigError
 
 if TYPE_CHECKING:
-    from agentic_rl.config.load import Config
+    from agentic_rl.config.schema import Config
 
 BACKENDS = ("hf", "vllm")
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from agentic_rl.config.parse import ConfigError
 
 if TYPE_CHECKING:
-    from agentic_rl.config.load import Config
+    from agentic_rl.config.schema import Config
 
 RAY_KEYS = (
     "address",

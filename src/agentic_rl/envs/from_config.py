@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.envs import TASKS, env_parameters, make_env, split_options, task_parameters
 from agentic_rl.envs.base import Env
 from agentic_rl.types import Task

@@ -1,22 +1,62 @@
-"""Trajectories -> padded tensors: the `TrainBatch` the learner trains on.
+"""Episodes and trajectories -> padded tensors: the `TrainBatch` the learner trains on.
 
-`collate` right-pads token-aligned trajectories into one batch (position t holds token t, its loss
+`Episodes` holds a step's rollout episodes (groups of samples) and their tasks. `collate` right-pads token-aligned trajectories into one batch (position t holds token t, its loss
 mask, its behaviour logprob log pi_old(x_t | x_<t) and the step reward earned by the turn ending
 at t); `collate_episodes` collates episodes of one or more samples each, with the GiGPO step
-returns and anchor-state groups when asked. Re-exported from `learner.py`, which computes the
-advantages and runs the update on these batches.
+returns and anchor-state groups when asked. `update.py` computes the advantages and runs the
+update on these batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from agentic_rl.algos.gigpo import anchor_groups, discounted_step_returns
 from agentic_rl.config.algo import GigpoConfig
-from agentic_rl.types import Trajectory
+from agentic_rl.types import Task, Trajectory
+
+
+@dataclass
+class Episodes:
+    """Rollout episodes and the task of each (same order)."""
+
+    samples: list[list[Trajectory]] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def extend(self, other: Episodes) -> None:
+        self.samples += other.samples
+        self.tasks += other.tasks
+
+    def select(self, keep: list[int]) -> Episodes:
+        return Episodes([self.samples[i] for i in keep], [self.tasks[i] for i in keep])
+
+    def rewards(self) -> torch.Tensor:
+        """[E] episode rewards."""
+        return torch.tensor([s[0].reward for s in self.samples], dtype=torch.float32)
+
+    def group_ids(self) -> torch.Tensor:
+        """[E] dense group index per episode, in order of first appearance."""
+        index: dict[str, int] = {}
+        return torch.tensor(
+            [index.setdefault(s[0].group_id, len(index)) for s in self.samples], dtype=torch.long
+        )
+
+    def groups(self) -> list[list[int]]:
+        """Episode indices per group, groups in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for i, s in enumerate(self.samples):
+            out.setdefault(s[0].group_id, []).append(i)
+        return list(out.values())
+
+    def first_groups(self, n: int) -> Episodes:
+        """The episodes of the first `n` groups."""
+        return self.select(sorted(i for g in self.groups()[:n] for i in g))
 
 
 @dataclass

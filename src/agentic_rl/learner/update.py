@@ -28,7 +28,7 @@ from agentic_rl.algos.gigpo import gigpo_advantages
 from agentic_rl.algos.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_clip_loss, value_loss
 from agentic_rl.algos.offpolicy import decoupled_ppo_loss
 from agentic_rl.config.algo import AlgoConfig, GigpoConfig
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch, collate, collate_episodes, unmask_observations
 from agentic_rl.model.load import autocast, token_logprobs
 

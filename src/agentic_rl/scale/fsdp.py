@@ -44,10 +44,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from agentic_rl.config.load import LearnerConfig
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.train import LearnerConfig
 from agentic_rl.learner.batch import TrainBatch
-from agentic_rl.types import Completion, SamplingParams, Task, Trajectory
+from agentic_rl.types import Completion, SamplingParams, Trajectory
 
 if TYPE_CHECKING:
     from agentic_rl.train.setup import Setup
@@ -194,21 +194,21 @@ class DataParallel:
 
     # -- rollouts -----------------------------------------------------------------------------
 
-    def play(
-        self,
-        run: Callable[[list[Task], list[str]], list[list[Trajectory]]],
-        tasks: Sequence[Task],
-        groups: Sequence[str],
-    ) -> list[list[Trajectory]]:
-        """Play this process's share of the episodes with `run(tasks, groups)` and return every
-        process's episodes in the original order (the same list in every process)."""
-        order = list(dict.fromkeys(groups))  # groups in order of first appearance
+    def my_share(self, groups: Sequence[str]) -> list[int]:
+        """The indices of the episodes this process plays: whole groups, split evenly over the
+        processes in order of first appearance (so a group's samples stay in one process)."""
+        order = list(dict.fromkeys(groups))
         owner = {g: i * self.world_size // max(len(order), 1) for i, g in enumerate(order)}
-        mine = [i for i, g in enumerate(groups) if owner[g] == self.rank]
-        played = run([tasks[i] for i in mine], [groups[i] for i in mine]) if mine else []
+        return [i for i, g in enumerate(groups) if owner[g] == self.rank]
+
+    def gather_episodes(
+        self, mine: list[int], played: list[list[Trajectory]], total: int
+    ) -> list[list[Trajectory]]:
+        """Every process's episodes in the original order (the same list in every process),
+        from each process's `played` episodes at indices `mine` (a collective)."""
         parts: list[Any] = [None] * self.world_size
         dist.all_gather_object(parts, list(zip(mine, played, strict=True)))
-        episodes: list[Any] = [None] * len(tasks)
+        episodes: list[Any] = [None] * total
         for index, samples in itertools.chain.from_iterable(parts):
             episodes[index] = samples
         return episodes

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.scale.ray_pool import RayError, import_ray, resume_hint
 from agentic_rl.types import Completion, SamplingParams
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.envs import make_env
 from agentic_rl.envs.base import Env
 from agentic_rl.envs.from_config import env_kwargs

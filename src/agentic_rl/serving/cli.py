@@ -36,7 +36,7 @@ def serve_policy(
     from agentic_rl.config.load import load_config
     from agentic_rl.serving.batching import ServeLimits
     from agentic_rl.serving.policy_server import PolicyService, create_app
-    from agentic_rl.train.loop import build
+    from agentic_rl.train.setup import build
 
     cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
     setup = build(cfg)

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.train.sft import TrajectoryFormatError
-from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Task, Trajectory
 
 _FIELDS = (

@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.serving.batching import GenerationQueue, ServeLimits
 from agentic_rl.serving.export import JsonlWriter, trajectory_record
 from agentic_rl.serving.openai_api import ApiError, hermes_format, parse_chat_request
 from agentic_rl.serving.openai_reply import build_reply, completion_body
 from agentic_rl.serving.recorder import EpisodeRecorder, OnMismatch
-from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Completion, SamplingParams
 
 REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "truncated"}
@@ -168,10 +168,10 @@ class PolicyService:
         """One update of the recipe's algorithm (e.g. GRPO) on finished episodes; the
         generator then samples from the new weights and later turns record the new version."""
         from agentic_rl.backends.base import release_for_update, sync_weights
+        from agentic_rl.checkpoint.export import save_model
         from agentic_rl.learner.update import update as learner_update
         from agentic_rl.train.batch import carries_gradient, prepare_batch
         from agentic_rl.train.setup import make_optimizer, set_learning_rate
-        from agentic_rl.train.sft import save_model
         from agentic_rl.train.summary import advantage_metrics, summarize
 
         if self.setup is None:

@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.rollout.formats.chat import (
     check_prefix_preserving,
     encode_prompt,
@@ -38,7 +39,6 @@ from agentic_rl.serving.openai_api import (
     template_message,
 )
 from agentic_rl.serving.openai_reply import Reply
-from agentic_rl.train.shaping import Episodes
 from agentic_rl.types import Completion, Task, Trajectory
 
 OnMismatch = Literal["reject", "split"]

@@ -9,14 +9,13 @@ from __future__ import annotations
 import torch
 
 from agentic_rl.algos.losses import overlong_filter_mask
-from agentic_rl.learner.batch import TrainBatch, collate_episodes, unmask_observations
+from agentic_rl.learner.batch import Episodes, TrainBatch, collate_episodes, unmask_observations
 from agentic_rl.learner.update import compute_advantages, forward_no_grad
 from agentic_rl.model.load import autocast
 from agentic_rl.model.lora import adapter_disabled
 from agentic_rl.scale.async_rollout import correct_stale
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
-from agentic_rl.train.shaping import Episodes
 
 
 def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:

@@ -23,11 +23,12 @@ import torch
 from torch import nn
 
 from agentic_rl.algos.preference import dpo_loss, dpo_margins, sequence_logps
-from agentic_rl.config.load import Config
+from agentic_rl.checkpoint.export import save_model
+from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import token_logprobs
-from agentic_rl.train.sft import TrajectoryFormatError, record_to_trajectory, save_model
+from agentic_rl.train.sft import TrajectoryFormatError, record_to_trajectory
 from agentic_rl.types import Trajectory
 
 Pair = tuple[Trajectory, Trajectory]  # (chosen, rejected)

@@ -1,6 +1,6 @@
 """Absolute Zero's self-play step: propose, validate, estimate learnability, solve.
 
-`trainer.collect` hands over to `self_play_step` when env.name=code_self_play (Zhao et al.
+The training loop collects each step with `self_play_step` when rollout.scheme=self_play (Zhao et al.
 2025, "Absolute Zero: Reinforced Self-play Reasoning with Zero Data", Alg. 1). Per RL step, for
 each task type (deduction, abduction, induction):
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,12 +41,13 @@ from agentic_rl.envs.code_self_play import (
     validate_proposal,
 )
 from agentic_rl.envs.from_config import make_envs
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.rewards.absolute_zero import FORMAT_ERROR, WRONG_BUT_FORMATTED, learnability_reward
-from agentic_rl.train.shaping import Episodes, model_answer_text
+from agentic_rl.train.collect import rollout
+from agentic_rl.train.setup import Setup, run_dir
+from agentic_rl.train.shaping import model_answer_text
 from agentic_rl.types import Task
 
-# rollout(setup, tasks, group_size, seed, step) -> Episodes: the trainer's `rollout`
-RolloutFn = Callable[[Any, list[Task], int, int, int], Episodes]
 _PHASE_SEED = 1_000_003  # seed offset between the three rollout phases of a step
 
 
@@ -129,12 +129,11 @@ def _valid_proposal(setup: Any, env: CodeSelfPlayEnv, samples: list, task: Task)
     return result if isinstance(result, CodeTask) else None
 
 
-def self_play_step(
-    setup: Any, step: int, rollout: RolloutFn, buffer_path: Path
-) -> tuple[Episodes, Episodes, dict[str, float]]:
+def self_play_step(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, float]]:
     """One Absolute Zero step (module docstring): (episodes to train on, episodes generated,
-    metrics), like `trainer.collect`."""
+    metrics), like `collect.collect`. The task buffer is RUN_DIR/task_buffer.jsonl."""
     cfg = setup.cfg
+    buffer_path = run_dir(cfg) / "task_buffer.jsonl"
     env = make_envs(cfg, 1)[0]
     assert isinstance(env, CodeSelfPlayEnv)
     rng = random.Random(cfg.trainer.seed * 1_000_003 + step)

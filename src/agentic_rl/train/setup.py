@@ -1,7 +1,6 @@
 """What a run holds and the plumbing around it: the `Setup` (models, tokenizer, generator,
-tasks, chat format), the optimizer over its trainable parameters, the learning-rate schedule and
-the run's output directory. `build` (trainer.py) fills a Setup from the config; the training
-loop there uses the rest. Re-exported from trainer.py.
+tasks, chat format) and `build`, which fills one from the config; the optimizer over its
+trainable parameters, the learning-rate schedule and the run's output directory.
 """
 
 from __future__ import annotations
@@ -13,10 +12,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.backends.base import Generator
-from agentic_rl.config.load import Config
+from agentic_rl.backends.base import Generator, make_generator
+from agentic_rl.config.schema import Config
+from agentic_rl.envs.from_config import make_envs, make_tasks
 from agentic_rl.learner.update import adamw
-from agentic_rl.rollout.formats.chat import ChatFormat
+from agentic_rl.model.load import ValueHead, frozen_copy, load_policy
+from agentic_rl.model.lora import is_lora
+from agentic_rl.rollout.formats.chat import ChatFormat, check_prefix_preserving, make_chat_format
 from agentic_rl.types import Task
 
 
@@ -61,3 +63,29 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) 
 
 def run_dir(cfg: Config) -> Path:
     return Path(cfg.trainer.out_dir) / (cfg.trainer.run_name or cfg.recipe)
+
+
+def build(cfg: Config) -> Setup:
+    """Load the models, tokenizer and generator, make the tasks and the chat format."""
+    torch.manual_seed(cfg.trainer.seed)
+    policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
+    check_prefix_preserving(tokenizer)
+    tools = make_envs(cfg, 1)[0].tools
+    setup = Setup(
+        cfg=cfg,
+        policy=policy,
+        tokenizer=tokenizer,
+        generator=make_generator(cfg, policy, tokenizer),  # rollout.backend: hf or vllm
+        fmt=make_chat_format(cfg.rollout.chat_format, tools, tokenizer),
+        train_tasks=make_tasks(cfg, "train"),
+        eval_tasks=make_tasks(cfg, "eval"),
+    )
+    if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
+        setup.reference = frozen_copy(policy)
+    if cfg.algo.name == "ppo":
+        setup.value_head = ValueHead(policy.config.hidden_size)
+    if cfg.ray.enabled:  # envs (and the generator) on Ray actors; Ray is imported only here
+        from agentic_rl.scale.ray_pool import attach_ray
+
+        attach_ray(setup)
+    return setup

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.config.load import Config
+from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import autocast, token_logprobs
@@ -197,26 +198,12 @@ def save_trajectories(path: str | Path, trajectories: list[Trajectory]) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def save_model(model: nn.Module, tokenizer: Any, out: Path) -> Path:
-    """Save a Hugging Face model directory that `model.name=OUT/model` loads."""
-    return save_hf_model(model, tokenizer, out / "model")
-
-
-def save_hf_model(model: nn.Module, tokenizer: Any, target: Path) -> Path:
-    """Write `target` as a plain Hugging Face model directory (config.json, safetensors
-    weights, tokenizer) that `model.name=TARGET` loads."""
-    from agentic_rl.model.lora import merged_copy
-
-    merged_copy(model).save_pretrained(target)  # a LoRA policy: adapter folded into the weights
-    tokenizer.save_pretrained(target)
-    return target
-
-
 def run_sft(cfg: Config, data: str | None, out: Path, save_data: str | None = None) -> dict:
     """`agentic-rl sft`: fine-tune the recipe's model on `data` (or on freshly generated
     scripted-expert episodes of warm_start.num_tasks training tasks) with the warm_start
     settings; saves OUT/model and OUT/sft_summary.json."""
-    from agentic_rl.train.loop import build, expert_demos
+    from agentic_rl.train.collect import expert_demos
+    from agentic_rl.train.setup import build
 
     setup = build(cfg)
     if data:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,51 +29,12 @@ from agentic_rl.algos.filters import (
     roc_penalties,
 )
 from agentic_rl.algos.losses import overlong_soft_penalty
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.rewards.math import math_equal
 from agentic_rl.rewards.ttrl import ttrl_rewards
 from agentic_rl.types import Task, Trajectory
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-@dataclass
-class Episodes:
-    """Rollout episodes and the task of each (same order)."""
-
-    samples: list[list[Trajectory]] = field(default_factory=list)
-    tasks: list[Task] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def extend(self, other: Episodes) -> None:
-        self.samples += other.samples
-        self.tasks += other.tasks
-
-    def select(self, keep: list[int]) -> Episodes:
-        return Episodes([self.samples[i] for i in keep], [self.tasks[i] for i in keep])
-
-    def rewards(self) -> torch.Tensor:
-        """[E] episode rewards."""
-        return torch.tensor([s[0].reward for s in self.samples], dtype=torch.float32)
-
-    def group_ids(self) -> torch.Tensor:
-        """[E] dense group index per episode, in order of first appearance."""
-        index: dict[str, int] = {}
-        return torch.tensor(
-            [index.setdefault(s[0].group_id, len(index)) for s in self.samples], dtype=torch.long
-        )
-
-    def groups(self) -> list[list[int]]:
-        """Episode indices per group, groups in order of first appearance."""
-        out: dict[str, list[int]] = {}
-        for i, s in enumerate(self.samples):
-            out.setdefault(s[0].group_id, []).append(i)
-        return list(out.values())
-
-    def first_groups(self, n: int) -> Episodes:
-        """The episodes of the first `n` groups."""
-        return self.select(sorted(i for g in self.groups()[:n] for i in g))
 
 
 def _set_reward(samples: list[Trajectory], reward: float) -> None:

@@ -13,8 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config.load import Config
 from agentic_rl.config.parse import build_dataclass
+from agentic_rl.config.schema import Config
+from agentic_rl.train.loop import train
+
+
+def train_recipe(cfg: Config) -> dict[str, Any]:
+    """Train a recipe end to end: its stages in order when it has `stages:`, else one run."""
+    return train_pipeline(cfg) if cfg.stages else train(cfg)
 
 
 def stage_configs(cfg: Config) -> list[Config]:
@@ -35,8 +41,6 @@ def _run_dir(cfg: Config) -> Path:
 
 def train_pipeline(cfg: Config) -> dict[str, Any]:
     """Train every stage; returns (and writes to RUN_DIR/summary.json) the stage summaries."""
-    from agentic_rl.train.loop import train  # the trainer calls back here for staged configs
-
     summaries: dict[str, Any] = {}
     for k, stage in enumerate(stage_configs(cfg)):
         name = Path(stage.trainer.run_name).name

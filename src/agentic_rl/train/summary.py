@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from agentic_rl.algos.gigpo import step_advantages
-from agentic_rl.config.load import Config
+from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.types import Trajectory
 
