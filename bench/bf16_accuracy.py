@@ -134,7 +134,7 @@ def error_stats(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
 def main() -> None:
     from agentic_rl.config.rollout import ModelConfig
     from agentic_rl.model.load import load_policy
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
 
     torch.manual_seed(0)
     model, tokenizer = load_policy(ModelConfig(dtype="float32"))

@@ -77,7 +77,7 @@ def main() -> None:
     from agentic_rl.config.load import load_config
     from agentic_rl.envs.from_config import make_envs
     from agentic_rl.model.lora import unwrap
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
     from agentic_rl.train.collect import rollout
     from agentic_rl.train.setup import build
     from agentic_rl.types import SamplingParams

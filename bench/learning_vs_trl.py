@@ -73,7 +73,7 @@ def reward(text: str, answers: list[str]) -> float:
 def evaluate(model: Any, tokenizer: Any, tasks: list) -> float:
     """Greedy held-out success (cover EM), the same code for both frameworks' final models."""
     from agentic_rl.backends.hf import HFGenerator
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
     from agentic_rl.types import SamplingParams
 
     model.eval()
@@ -90,7 +90,7 @@ def run_ours(args: argparse.Namespace, train: list, held_out: list) -> dict[str,
     from agentic_rl.backends.hf import HFGenerator
     from agentic_rl.config.rollout import ModelConfig
     from agentic_rl.model.load import load_policy
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
 
     torch.manual_seed(SEED)
     # one micro-batch for the step's 2 x 8 completions, as TRL's per-device batch

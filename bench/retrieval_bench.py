@@ -30,11 +30,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agentic_rl.envs.qa_corpus import build_world, split_people
 from agentic_rl.envs.search_qa import make_search_qa_tasks
 from agentic_rl.retrieval.corpus import load_corpus, write_builtin_corpus
 from agentic_rl.retrieval.dense import MiniLMEmbedder
 from agentic_rl.retrieval.index import build_index, load_index
+from agentic_rl.retrieval.qa_corpus import build_world, split_people
 from agentic_rl.retrieval.server import bind_socket
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"

@@ -127,7 +127,7 @@ def main() -> None:
     from agentic_rl.backends.hf import HFGenerator
     from agentic_rl.config.rollout import ModelConfig
     from agentic_rl.model.load import load_policy
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
 
     wall0 = time.perf_counter()
     torch.manual_seed(SEED)

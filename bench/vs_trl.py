@@ -220,7 +220,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentic_rl.backends.hf import HFGenerator
     from agentic_rl.config.rollout import ModelConfig
     from agentic_rl.model.load import load_policy
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
 
     torch.manual_seed(SEED)
     cfg = our_config(
@@ -342,7 +342,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
     from agentic_rl.config.rollout import ModelConfig
     from agentic_rl.model.load import bundled_model_dir, load_tokenizer
-    from agentic_rl.rollout.formats.chat import encode_prompt
+    from agentic_rl.model.tokens import encode_prompt
 
     torch.manual_seed(SEED)
     model_path = str(bundled_model_dir(ModelConfig()))

@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from agentic_rl.checkpoint import io as ckpt
-from agentic_rl.checkpoint.io import (
+from agentic_rl.checkpoint.io import CheckpointWriteError, load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.layout import (
+    COMPLETE_MARKER,
     CheckpointError,
-    CheckpointWriteError,
-    load_checkpoint,
-    save_checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
 )
-from agentic_rl.checkpoint.layout import COMPLETE_MARKER, latest_checkpoint
 
 
 class TiedLM(nn.Module):
@@ -160,7 +160,7 @@ def test_keep_last_zero_keeps_everything(tmp_path: Path) -> None:
     model, _, _ = _make(0)
     for step in (1, 2, 3):
         _save(tmp_path, step, model, keep_last=0)
-    assert len(ckpt.list_checkpoints(tmp_path)) == 3
+    assert len(list_checkpoints(tmp_path)) == 3
 
 
 def test_just_saved_checkpoint_survives_pruning_below_higher_steps(tmp_path: Path) -> None:
@@ -319,7 +319,7 @@ def test_peak_disk_use_is_keep_last_checkpoints(
     write = ckpt._write_checkpoint_files
 
     def counting_write(*args, **kwargs):
-        seen_while_writing.append(len(ckpt.list_checkpoints(tmp_path)))
+        seen_while_writing.append(len(list_checkpoints(tmp_path)))
         return write(*args, **kwargs)
 
     monkeypatch.setattr(ckpt, "_write_checkpoint_files", counting_write)
@@ -327,4 +327,4 @@ def test_peak_disk_use_is_keep_last_checkpoints(
         _save(tmp_path, step, model, optimizer=opt, keep_last=2)
     # keep_last=2: one complete checkpoint beside the one being written, two after.
     assert seen_while_writing == [0, 1, 1, 1]
-    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_000003", "step_000004"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003", "step_000004"]

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from agentic_rl.checkpoint.export import export_checkpoint
-from agentic_rl.checkpoint.io import CheckpointError, load_checkpoint, save_checkpoint
-from agentic_rl.checkpoint.sharded import check_layout, load_sharded_checkpoint
+from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.layout import CheckpointError, check_layout
+from agentic_rl.checkpoint.sharded import load_sharded_checkpoint
 from agentic_rl.cli import main as cli_main
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError

@@ -12,12 +12,13 @@ import torch
 pytest.importorskip("peft")
 
 from agentic_rl.backends.hf import HFGenerator  # noqa: E402
-from agentic_rl.checkpoint.io import CheckpointError, load_checkpoint, save_checkpoint
-from agentic_rl.checkpoint.layout import ADAPTER_DIR, MODEL_FILE
+from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint
+from agentic_rl.checkpoint.layout import ADAPTER_DIR, MODEL_FILE, CheckpointError
 from agentic_rl.config.load import load_config  # noqa: E402
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import ModelConfig
-from agentic_rl.model.load import ModelLoadError, load_policy, token_logprobs  # noqa: E402
+from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.lora import (
     adapter_disabled,
     adapter_state,

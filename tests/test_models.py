@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import (
-    ModelLoadError,
     ValueHead,
     bundled_gguf_path,
     frozen_copy,

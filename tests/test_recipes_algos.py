@@ -8,7 +8,7 @@ from agentic_rl.backends import base as backends_base
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.cli import main
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.train.collect import DynamicSamplingError
 from agentic_rl.types import Completion
 

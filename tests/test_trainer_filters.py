@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from agentic_rl.config.load import load_config
-from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.train.batch import prepare_batch
 from agentic_rl.train.collect import DynamicSamplingError, collect
 from agentic_rl.train.loop import train_step

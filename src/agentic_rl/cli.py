@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "recipe", None) and "=" in args.recipe:
         args.overrides = [args.recipe, *args.overrides]
         args.recipe = None
-    from agentic_rl.checkpoint.io import CheckpointError
-    from agentic_rl.model.load import ModelLoadError
-    from agentic_rl.rollout.formats.chat import TokenizerCheckError
+    from agentic_rl.checkpoint.layout import CheckpointError
+    from agentic_rl.model.errors import ModelLoadError
+    from agentic_rl.model.tokens import TokenizerCheckError
     from agentic_rl.scale.ray_pool import RayError  # Ray itself is imported only when used
 
     try:

@@ -17,7 +17,8 @@ from agentic_rl.backends.base import make_generator, release_for_update, sync_we
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import ModelConfig
-from agentic_rl.model.load import ModelLoadError, load_policy
+from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.load import load_policy
 from agentic_rl.types import SamplingParams
 
 

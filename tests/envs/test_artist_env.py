@@ -9,7 +9,7 @@ import pytest
 from agentic_rl.envs.artist import MultiToolMathEnv, calculator_expression
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.math_tasks import make_math_tasks
-from agentic_rl.rollout.formats.tir import MultiToolHermesFormat
+from agentic_rl.formats.tir import MultiToolHermesFormat
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
 from agentic_rl.types import Task

@@ -11,9 +11,9 @@ from agentic_rl.envs.code_repair import (
     make_code_repair_tasks,
     split_of,
 )
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.formats.tir import SweRLFormat
 from agentic_rl.rewards.code import run_unit_tests
-from agentic_rl.rollout.formats.chat import TagFormat
-from agentic_rl.rollout.formats.tir import SweRLFormat
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
 

@@ -7,8 +7,8 @@ import pytest
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.math_tasks import make_math_tasks
 from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv, answer_is_correct
-from agentic_rl.rollout.formats.chat import TagFormat
-from agentic_rl.rollout.formats.tir import MultiToolHermesFormat, ReToolFormat
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.formats.tir import MultiToolHermesFormat, ReToolFormat
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
 from agentic_rl.types import Task

@@ -13,10 +13,10 @@ from agentic_rl.envs.multihop import (
     make_multihop_tasks,
     mentions,
 )
-from agentic_rl.envs.qa_corpus import build_corpus, build_world
 from agentic_rl.envs.search_qa import make_search_qa_tasks
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.retrieval.qa_corpus import build_corpus, build_world
 from agentic_rl.retrieval.simulated import SimulatedSearchEngine
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.web import LocalFakeProvider, make_web_tools
 from agentic_rl.types import Action, Completion
 

@@ -11,8 +11,9 @@ from agentic_rl.envs import web_qa
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.multihop import make_multihop_tasks
 from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.rewards.search import asearcher_score, deepresearcher_score
-from agentic_rl.rollout.formats.chat import TagFormat, encode_text
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.tools.page_reader import html_to_text
 from agentic_rl.tools.web import WebDisabledError

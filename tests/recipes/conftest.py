@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.loop import Actor, Episode
 from agentic_rl.tools.sandbox import shared
 from agentic_rl.train import collect

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.formats.chat import TagFormat
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.train.stages import stage_configs, train_recipe
 from agentic_rl.types import Task

@@ -13,10 +13,10 @@ import pytest
 
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.formats.chat import TagFormat
 from agentic_rl.logging import read_metrics
 from agentic_rl.rewards.search import research_score
 from agentic_rl.rewards.search_format import RESEARCH_TAGS
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.train.collect import expert_demos
 from agentic_rl.train.setup import build

@@ -16,10 +16,10 @@ from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.formats.chat import TagFormat
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import compute_advantages
 from agentic_rl.logging import read_metrics
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.train.stages import train_recipe

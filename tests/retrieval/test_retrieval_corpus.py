@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from agentic_rl.envs.qa_corpus import build_corpus
 from agentic_rl.retrieval.corpus import (
     CorpusError,
     file_sha256,
@@ -18,6 +17,7 @@ from agentic_rl.retrieval.corpus import (
     write_builtin_corpus,
     write_corpus,
 )
+from agentic_rl.retrieval.qa_corpus import build_corpus
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:

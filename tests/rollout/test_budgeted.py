@@ -8,6 +8,8 @@ from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.multihop import make_multihop_tasks
 from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.budgeted import (
     CUT_MARKER,
     ContextBudgetError,
@@ -15,7 +17,6 @@ from agentic_rl.rollout.budgeted import (
     run_budgeted_episodes,
 )
 from agentic_rl.rollout.context import make_span
-from agentic_rl.rollout.formats.chat import TagFormat, encode_text
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.types import Completion
 

@@ -1,13 +1,7 @@
 import pytest
 
-from agentic_rl.rollout.formats.chat import (
-    HermesFormat,
-    TagFormat,
-    TokenizerCheckError,
-    check_prefix_preserving,
-    encode_text,
-    template_suffix,
-)
+from agentic_rl.formats.chat import HermesFormat, TagFormat, template_suffix
+from agentic_rl.model.tokens import TokenizerCheckError, check_prefix_preserving, encode_text
 from agentic_rl.tools.calculator import Calculator
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Action, Observation

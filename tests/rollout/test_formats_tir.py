@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.rollout.formats.chat import TagFormat
-from agentic_rl.rollout.formats.tir import (
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.formats.registry import CHAT_FORMATS, make_chat_format
+from agentic_rl.formats.tir import (
     MultiToolHermesFormat,
     ReToolFormat,
     SweRLFormat,
     hermes_tools_prompt,
     ignored_tool_calls,
-    make_tir_format,
 )
 from agentic_rl.tools.base import FunctionTool
 from agentic_rl.types import Action, Observation
@@ -204,11 +204,12 @@ def test_swe_rl_format():
     assert fmt.parse(fmt.render_action(Action(kind="answer", text="e")), "stop").text == "e"
 
 
-def test_make_tir_format():
-    assert isinstance(make_tir_format("retool", [PYTHON]), ReToolFormat)
-    assert make_tir_format("retool_text", []).tool_name is None
-    assert isinstance(make_tir_format("swe_rl", []), SweRLFormat)
+def test_make_chat_format_by_name():
+    assert isinstance(make_chat_format("retool", [PYTHON], None), ReToolFormat)
+    assert make_chat_format("retool_text", [], None).tool_name is None
+    assert isinstance(make_chat_format("swe_rl", [], None), SweRLFormat)
+    assert set(CHAT_FORMATS) >= {"tags", "hermes", "retool", "hermes_multi"}
     with pytest.raises(ValueError, match="unknown chat format"):
-        make_tir_format("nope", [])
+        make_chat_format("nope", [], None)
     with pytest.raises(ValueError, match="needs the tool"):
         ReToolFormat([WEATHER])

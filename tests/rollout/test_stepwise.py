@@ -2,7 +2,8 @@
 
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
-from agentic_rl.rollout.formats.chat import TagFormat, encode_prompt, encode_text
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.rollout.stepwise import run_stepwise, step_context
 from agentic_rl.types import Completion, Task

@@ -11,8 +11,8 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.model.load import token_logprobs
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.retrieval.server import BackgroundServer
-from agentic_rl.rollout.formats.chat import encode_text
 from agentic_rl.serving.policy_server import PolicyService, create_app
 from agentic_rl.train.setup import build
 from agentic_rl.types import Completion

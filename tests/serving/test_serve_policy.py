@@ -13,8 +13,8 @@ import httpx
 import pytest
 import torch
 
+from agentic_rl.formats.tir import hermes_tools_prompt
 from agentic_rl.retrieval.server import bind_socket
-from agentic_rl.rollout.formats.tir import hermes_tools_prompt
 from agentic_rl.serving.batching import ServeLimits
 from agentic_rl.serving.export import load_episodes
 from agentic_rl.serving.openai_api import ToolSpec

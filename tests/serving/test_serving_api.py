@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.serving.openai_api import (
     ApiError,
     canonical,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentic_rl.rollout.formats.chat import TokenizerCheckError, encode_text
+from agentic_rl.model.tokens import TokenizerCheckError, encode_text
 from agentic_rl.serving.openai_api import ApiError, hermes_format, parse_chat_request
 from agentic_rl.serving.openai_reply import build_reply
 from agentic_rl.serving.recorder import EpisodeRecorder

@@ -37,7 +37,8 @@ import torch
 from torch import nn
 
 from agentic_rl.config.schema import Config
-from agentic_rl.model.load import TINY_NAME, ModelLoadError, model_dir
+from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.load import TINY_NAME, model_dir
 from agentic_rl.model.lora import merged_copy, save_adapter
 from agentic_rl.types import Completion, SamplingParams
 

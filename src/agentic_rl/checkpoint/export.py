@@ -22,8 +22,7 @@ from agentic_rl.config.rollout import ModelConfig
 
 def resolve_checkpoint(path: Path) -> Path:
     """`path` itself if it is a complete checkpoint, else the latest one of run dir `path`."""
-    from agentic_rl.checkpoint.io import CheckpointError
-    from agentic_rl.checkpoint.layout import COMPLETE_MARKER, latest_checkpoint
+    from agentic_rl.checkpoint.layout import COMPLETE_MARKER, CheckpointError, latest_checkpoint
 
     path = Path(path)
     if (path / COMPLETE_MARKER).is_file():
@@ -56,7 +55,8 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
     """Write the policy of `checkpoint` (a checkpoint or run dir) to `out` as a Hugging Face
     model directory; returns `out`."""
     from agentic_rl.checkpoint.io import load_checkpoint
-    from agentic_rl.checkpoint.sharded import is_sharded, load_full_policy
+    from agentic_rl.checkpoint.layout import is_sharded
+    from agentic_rl.checkpoint.sharded import load_full_policy
     from agentic_rl.model.load import load_policy
 
     path = resolve_checkpoint(checkpoint)

@@ -37,46 +37,22 @@ from torch.optim import Optimizer
 
 from agentic_rl.checkpoint.layout import (
     ADAPTER_DIR,
-    CHECKPOINTS_DIRNAME,
     COMPLETE_MARKER,
     MODEL_FILE,
     OPTIMIZER_FILE,
     RNG_FILE,
     TMP_PREFIX,
     TRAINER_STATE_FILE,
+    CheckpointError,
+    check_layout,
     checkpoints_dir,
     latest_checkpoint,
-    list_checkpoints,
     prune_checkpoints,
     step_dir_name,
 )
 from agentic_rl.model.lora import ADAPTER_WEIGHTS, is_lora, load_adapter_state, save_adapter
 
-__all__ = [
-    "ADAPTER_DIR",
-    "CHECKPOINTS_DIRNAME",
-    "COMPLETE_MARKER",
-    "MODEL_FILE",
-    "OPTIMIZER_FILE",
-    "RNG_FILE",
-    "TMP_PREFIX",
-    "TRAINER_STATE_FILE",
-    "CheckpointError",
-    "CheckpointWriteError",
-    "checkpoints_dir",
-    "latest_checkpoint",
-    "list_checkpoints",
-    "load_checkpoint",
-    "prune_checkpoints",
-    "save_checkpoint",
-    "step_dir_name",
-]
-
 _EXTRA_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
 
 
 class CheckpointWriteError(CheckpointError):
@@ -316,9 +292,7 @@ def load_checkpoint(
             f"incomplete checkpoint: {path} has no {COMPLETE_MARKER} marker "
             "(the save was interrupted); use latest_checkpoint() to find a complete one"
         )
-    if (path / "distributed.json").is_file():  # shards of a torchrun run (fsdp_checkpoint.py)
-        from agentic_rl.checkpoint.sharded import check_layout
-
+    if (path / "distributed.json").is_file():  # shards of a torchrun run (sharded.py)
         check_layout(path, world_size=1, sharded=False)
     # Check every needed file before mutating anything, so a failed load leaves state untouched.
     model_file = _model_file(path, model)

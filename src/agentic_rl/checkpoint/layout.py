@@ -6,6 +6,7 @@ re-exports every name here.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -83,3 +84,50 @@ def prune_checkpoints(out_dir: Path, keep_last: int, protect: Path | None = None
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
+
+
+SHARDED_DIR = "sharded"
+LAYOUT_FILE = "distributed.json"
+
+
+def is_sharded(path: Path) -> bool:
+    """Was the checkpoint at `path` written by a sharded (torchrun) run?"""
+    return (Path(path) / LAYOUT_FILE).is_file()
+
+
+def written_by(path: Path) -> tuple[bool, int]:
+    """(sharded?, number of processes) of the run that wrote the checkpoint at `path`."""
+    layout = Path(path) / LAYOUT_FILE
+    if not layout.is_file():
+        return False, 1
+    return True, int(json.loads(layout.read_text())["world_size"])
+
+
+def check_layout(path: Path, world_size: int, sharded: bool) -> None:
+    """Raise a CheckpointError saying what to do when `path` was not written by a run like the
+    one resuming it: `world_size` processes, sharded (learner.strategy=fsdp2) or not."""
+    saved_sharded, saved = written_by(path)
+    if (saved_sharded, saved) == (sharded, world_size):
+        return
+
+    def describe(is_sharded: bool, n: int) -> str:
+        if not is_sharded:
+            return "a single process (learner.strategy=single)"
+        return f"{n} process{'es' if n != 1 else ''} (learner.strategy=fsdp2)"
+
+    if saved_sharded:
+        resume = (
+            f"resume it with `torchrun --nproc_per_node={saved} -m agentic_rl.cli train ... "
+            "learner.strategy=fsdp2`"
+        )
+    else:
+        resume = "resume it in one process without torchrun (learner.strategy=single)"
+    raise CheckpointError(
+        f"checkpoint {path} was written by {describe(saved_sharded, saved)} but this run has "
+        f"{describe(sharded, world_size)}: {resume}, or start a new run from its weights "
+        f"(`agentic-rl export {path} --out DIR`, then model.name=DIR in another trainer.out_dir)"
+    )

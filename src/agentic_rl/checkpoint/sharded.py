@@ -33,7 +33,6 @@ from torch import nn
 from torch.optim import Optimizer
 
 from agentic_rl.checkpoint.io import (
-    CheckpointError,
     _capture_rng,
     _fsync_path,
     _move_into_place,
@@ -44,8 +43,12 @@ from agentic_rl.checkpoint.io import (
 )
 from agentic_rl.checkpoint.layout import (
     COMPLETE_MARKER,
+    LAYOUT_FILE,
+    SHARDED_DIR,
     TMP_PREFIX,
     TRAINER_STATE_FILE,
+    CheckpointError,
+    check_layout,
     checkpoints_dir,
     prune_checkpoints,
     step_dir_name,
@@ -54,48 +57,7 @@ from agentic_rl.checkpoint.layout import (
 if TYPE_CHECKING:
     from agentic_rl.scale.fsdp import DataParallel
 
-SHARDED_DIR = "sharded"
-LAYOUT_FILE = "distributed.json"
 SCHEDULER_FILE = "scheduler.pt"
-
-
-def is_sharded(path: Path) -> bool:
-    """Was the checkpoint at `path` written by a sharded (torchrun) run?"""
-    return (Path(path) / LAYOUT_FILE).is_file()
-
-
-def written_by(path: Path) -> tuple[bool, int]:
-    """(sharded?, number of processes) of the run that wrote the checkpoint at `path`."""
-    layout = Path(path) / LAYOUT_FILE
-    if not layout.is_file():
-        return False, 1
-    return True, int(json.loads(layout.read_text())["world_size"])
-
-
-def check_layout(path: Path, world_size: int, sharded: bool) -> None:
-    """Raise a CheckpointError saying what to do when `path` was not written by a run like the
-    one resuming it: `world_size` processes, sharded (learner.strategy=fsdp2) or not."""
-    saved_sharded, saved = written_by(path)
-    if (saved_sharded, saved) == (sharded, world_size):
-        return
-
-    def describe(is_sharded: bool, n: int) -> str:
-        if not is_sharded:
-            return "a single process (learner.strategy=single)"
-        return f"{n} process{'es' if n != 1 else ''} (learner.strategy=fsdp2)"
-
-    if saved_sharded:
-        resume = (
-            f"resume it with `torchrun --nproc_per_node={saved} -m agentic_rl.cli train ... "
-            "learner.strategy=fsdp2`"
-        )
-    else:
-        resume = "resume it in one process without torchrun (learner.strategy=single)"
-    raise CheckpointError(
-        f"checkpoint {path} was written by {describe(saved_sharded, saved)} but this run has "
-        f"{describe(sharded, world_size)}: {resume}, or start a new run from its weights "
-        f"(`agentic-rl export {path} --out DIR`, then model.name=DIR in another trainer.out_dir)"
-    )
 
 
 def _modules(model: nn.Module, extra: dict[str, nn.Module]) -> nn.ModuleDict:

@@ -16,6 +16,7 @@ from agentic_rl.config.checks import _check_choice, _check_positive, _default, _
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_scale import validate_distributed
+from agentic_rl.formats.registry import CHAT_FORMATS
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -55,7 +56,6 @@ ANCHORED_ENVS = ("gridworld",)
 ROLLOUT_MODES = ("episode", "step")
 ROLLOUT_SCHEMES = ("sample", "self_play")
 GIGPO_NORMS = ("mean_std_norm", "mean_norm")
-CHAT_FORMATS = ("tags", "hermes", "retool", "retool_text", "hermes_multi", "swe_rl")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -66,7 +66,7 @@ def validate(cfg: Config) -> None:
     _check_choice("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES)
     _check_choice("algo.kl_estimator", cfg.algo.kl_estimator, KL_ESTIMATORS)
     _check_choice("env.name", cfg.env.name, ENV_NAMES)
-    _check_choice("rollout.chat_format", cfg.rollout.chat_format, CHAT_FORMATS)
+    _check_choice("rollout.chat_format", cfg.rollout.chat_format, tuple(CHAT_FORMATS))
     _check_choice("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES)
     _check_choice("gigpo.norm", cfg.gigpo.norm, GIGPO_NORMS)
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)

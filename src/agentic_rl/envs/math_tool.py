@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentic_rl.envs.base import ToolEnv
+from agentic_rl.formats.tir import hermes_tools_prompt, ignored_tool_calls
 from agentic_rl.rewards.math import SCORES, extract_math_answer, math_equal
 from agentic_rl.rewards.tool_use import retool_shaping, retool_turns
-from agentic_rl.rollout.formats.tir import hermes_tools_prompt, ignored_tool_calls
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.sandbox.client import CodeRunner, PythonTool
 from agentic_rl.tools.sandbox.pool import GRACE_S

@@ -24,7 +24,16 @@ from functools import lru_cache
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
-from agentic_rl.envs.qa_corpus import (
+from agentic_rl.envs.search_schemes import (
+    RewardKind,
+    SchemeScorer,
+    dress_expert_turn,
+    get_scheme,
+    retag,
+    transcript,
+)
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.retrieval.qa_corpus import (
     DEFAULT_NUM_ENTITIES,
     PRODUCTS,
     Person,
@@ -34,16 +43,7 @@ from agentic_rl.envs.qa_corpus import (
     build_world,
     split_people,
 )
-from agentic_rl.envs.search_schemes import (
-    RewardKind,
-    SchemeScorer,
-    dress_expert_turn,
-    get_scheme,
-    retag,
-    transcript,
-)
 from agentic_rl.rewards.qa import exact_match, f1_score, normalize_answer
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Action, Observation, StepResult, Task

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
-from agentic_rl.envs.qa_corpus import DEFAULT_NUM_ENTITIES, build_world, split_people
+from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES, build_world, split_people
 from agentic_rl.rewards.qa import cover_exact_match, exact_match
 from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Observation, Task

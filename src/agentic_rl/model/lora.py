@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from agentic_rl.config.rollout import ModelConfig
-from agentic_rl.model.load import ModelLoadError
+from agentic_rl.model.errors import ModelLoadError
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # the file names PEFT and vLLM read
 ADAPTER_CONFIG = "adapter_config.json"

@@ -133,6 +133,6 @@ def write_builtin_corpus(path: str | Path, num_entities: int = 500, seed: int = 
     The same `(num_entities, seed)` as the `search_qa` env gives the same documents and ids, so
     an index built from this file answers that env's questions. Returns the number of documents.
     """
-    from agentic_rl.envs.qa_corpus import build_corpus
+    from agentic_rl.retrieval.qa_corpus import build_corpus
 
     return write_corpus(path, build_corpus(num_entities, seed))

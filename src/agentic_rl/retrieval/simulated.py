@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.rollout.formats.chat import encode_prompt, encode_text
+from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.tools.base import ToolError
 from agentic_rl.tools.search import format_results
 from agentic_rl.types import SamplingParams

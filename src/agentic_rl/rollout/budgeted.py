@@ -32,8 +32,9 @@ from typing import Any
 
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
+from agentic_rl.formats.chat import ChatFormat
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.context import Span, fit_context, make_span
-from agentic_rl.rollout.formats.chat import ChatFormat, encode_text
 from agentic_rl.rollout.loop import (
     Actor,
     Episode,

@@ -19,7 +19,8 @@ from typing import Any
 
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.formats.chat import ChatFormat, TagFormat, encode_prompt, encode_text
+from agentic_rl.formats.chat import ChatFormat, TagFormat
+from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.rollout.think_budget import thinking_prompt
 from agentic_rl.types import Action, Completion, SamplingParams, StepResult, Task, Trajectory
 

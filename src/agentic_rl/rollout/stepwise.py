@@ -8,7 +8,7 @@ from typing import Any
 
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.formats.chat import ChatFormat
+from agentic_rl.formats.chat import ChatFormat
 from agentic_rl.rollout.loop import Actor, _episode_metrics, _record_step, start_episodes, step_envs
 from agentic_rl.types import Task, Trajectory
 

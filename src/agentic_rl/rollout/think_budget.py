@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentic_rl.rollout.formats.chat import encode_text
+from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.thinking import (
     EMPTY_THINK,
     FORCED_STOP,
@@ -41,7 +41,7 @@ from agentic_rl.types import Completion, Message, SamplingParams
 
 if TYPE_CHECKING:
     from agentic_rl.config.rollout import RolloutConfig
-    from agentic_rl.rollout.formats.chat import ChatFormat
+    from agentic_rl.formats.chat import ChatFormat
     from agentic_rl.rollout.loop import Actor, Episode
 
 THINKING_MODES = ("off", "think", "no_think", "both")

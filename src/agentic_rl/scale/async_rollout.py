@@ -38,10 +38,10 @@ import torch
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.envs.from_config import make_envs
+from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.batch import Episodes, TrainBatch
 from agentic_rl.learner.update import forward_no_grad
 from agentic_rl.model.load import frozen_copy
-from agentic_rl.rollout.formats.chat import make_chat_format
 from agentic_rl.types import Completion, SamplingParams
 
 if TYPE_CHECKING:

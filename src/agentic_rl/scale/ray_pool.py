@@ -37,7 +37,7 @@ from agentic_rl.envs.from_config import env_kwargs
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 if TYPE_CHECKING:
-    from agentic_rl.train.setup import Setup
+    pass
 
 
 class RayError(RuntimeError):
@@ -272,18 +272,6 @@ class EnvPool:
             self.ray.shutdown()
 
 
-def attach_ray(setup: Setup) -> None:
-    """Put the run's envs (and with ray.generator_actor its generator) on Ray actors."""
-    pool = EnvPool(setup.cfg)
-    setup.env_pool = pool
-    if setup.cfg.ray.generator_actor:
-        from agentic_rl.model.lora import unwrap
-        from agentic_rl.scale.ray_generator import RayGenerator  # torch-side: only when used
-
-        setup.generator = RayGenerator(setup.cfg, unwrap(setup.policy), setup.tokenizer)
-        pool.others.append(setup.generator.actor)
-
-
 class _WorkerLost(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -317,9 +305,7 @@ def _gcs_address(ray: Any) -> str:
 
 def resume_hint(cfg: Config) -> str:
     """Where the run can be resumed from: its last complete checkpoint."""
-    from agentic_rl.checkpoint.layout import (
-        latest_checkpoint,  # light; kept local to stay at the top
-    )
+    from agentic_rl.checkpoint.layout import latest_checkpoint
 
     out = Path(cfg.trainer.out_dir) / (cfg.trainer.run_name or cfg.recipe)
     last = latest_checkpoint(out) if out.exists() else None

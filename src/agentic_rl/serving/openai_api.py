@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.rollout.formats.chat import HermesFormat, tool_message
-from agentic_rl.rollout.formats.tir import hermes_tools_prompt
+from agentic_rl.formats.chat import HermesFormat, tool_message
+from agentic_rl.formats.tir import hermes_tools_prompt
 from agentic_rl.types import Action, Message, SamplingParams
 
 TOOL_CALL_END = "</tool_call>"

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.rollout.formats.chat import HermesFormat
+from agentic_rl.formats.chat import HermesFormat
 from agentic_rl.serving.openai_api import ChatRequest
 from agentic_rl.types import Completion
 

@@ -23,13 +23,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentic_rl.formats.chat import template_suffix
 from agentic_rl.learner.batch import Episodes
-from agentic_rl.rollout.formats.chat import (
-    check_prefix_preserving,
-    encode_prompt,
-    encode_text,
-    template_suffix,
-)
+from agentic_rl.model.tokens import check_prefix_preserving, encode_prompt, encode_text
 from agentic_rl.serving.openai_api import (
     ApiError,
     ChatRequest,

@@ -164,7 +164,7 @@ class LLMSummarizer:
     )
 
     def summarize(self, question: str, text: str) -> str:
-        from agentic_rl.rollout.formats.chat import encode_prompt, encode_text
+        from agentic_rl.model.tokens import encode_prompt, encode_text
 
         prompt = self.PROMPT.format(question=question or "(none given)", text=text)
         if getattr(self.tokenizer, "chat_template", None):

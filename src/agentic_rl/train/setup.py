@@ -15,10 +15,14 @@ from torch import nn
 from agentic_rl.backends.base import Generator, make_generator
 from agentic_rl.config.schema import Config
 from agentic_rl.envs.from_config import make_envs, make_tasks
+from agentic_rl.formats.chat import ChatFormat
+from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import ValueHead, frozen_copy, load_policy
-from agentic_rl.model.lora import is_lora
-from agentic_rl.rollout.formats.chat import ChatFormat, check_prefix_preserving, make_chat_format
+from agentic_rl.model.lora import is_lora, unwrap
+from agentic_rl.model.tokens import check_prefix_preserving
+from agentic_rl.scale.ray_generator import RayGenerator
+from agentic_rl.scale.ray_pool import EnvPool
 from agentic_rl.types import Task
 
 
@@ -85,7 +89,14 @@ def build(cfg: Config) -> Setup:
     if cfg.algo.name == "ppo":
         setup.value_head = ValueHead(policy.config.hidden_size)
     if cfg.ray.enabled:  # envs (and the generator) on Ray actors; Ray is imported only here
-        from agentic_rl.scale.ray_pool import attach_ray
-
         attach_ray(setup)
     return setup
+
+
+def attach_ray(setup: Setup) -> None:
+    """Put the run's envs (and with ray.generator_actor its generator) on Ray actors."""
+    pool = EnvPool(setup.cfg)
+    setup.env_pool = pool
+    if setup.cfg.ray.generator_actor:
+        setup.generator = RayGenerator(setup.cfg, unwrap(setup.policy), setup.tokenizer)
+        pool.others.append(setup.generator.actor)

@@ -30,8 +30,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from agentic_rl.formats.chat import HermesFormat
 from agentic_rl.rewards.math import last_boxed
-from agentic_rl.rollout.formats.chat import HermesFormat, TagFormat
 from agentic_rl.tools.base import Tool, validate_arguments
 from agentic_rl.tools.sandbox.client import strip_code_fences
 from agentic_rl.types import Action, Observation
@@ -258,23 +258,3 @@ class SweRLFormat:
         if "<solution>" in action.text:
             return action.text
         return f"<think>\nI found the bug.\n</think>\n<solution>\n{action.text}\n</solution>"
-
-
-FORMATS = ("retool", "retool_text", "hermes_multi", "swe_rl", "tags")
-
-
-def make_tir_format(
-    name: str, tools: Sequence[Tool], tokenizer: Any = None, extra_calls: ExtraCalls = "ignore"
-) -> Any:
-    """Build a tool-integrated-reasoning chat format by name (see FORMATS)."""
-    if name == "retool":
-        return ReToolFormat(tools, extra_calls=extra_calls)
-    if name == "retool_text":
-        return ReToolFormat((), tool_name=None)
-    if name == "hermes_multi":
-        return MultiToolHermesFormat(tools, tokenizer, extra_calls=extra_calls)
-    if name == "swe_rl":
-        return SweRLFormat()
-    if name == "tags":
-        return TagFormat(tools)
-    raise ValueError(f"unknown chat format {name!r} (valid: {', '.join(FORMATS)})")

@@ -20,13 +20,10 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from agentic_rl.model.tokens import TokenizerCheckError
 from agentic_rl.types import Action, Message, Observation
 
 ANSWER_TAG = "answer"
-
-
-class TokenizerCheckError(RuntimeError):
-    """The tokenizer / chat template cannot be used for token-native multi-turn rollouts."""
 
 
 class ChatFormat(Protocol):
@@ -166,63 +163,3 @@ class HermesFormat:
             call = json.dumps({"name": action.name, "arguments": action.arguments})
             return f"<tool_call>{call}</tool_call>"
         raise ValueError(f"cannot render a {action.kind!r} action")
-
-
-def make_chat_format(name: str, tools: Sequence[Any], tokenizer: Any) -> ChatFormat:
-    if name == "tags":
-        return TagFormat(tools)
-    if name == "hermes":
-        return HermesFormat(tools, tokenizer)
-    from agentic_rl.rollout.formats.tir import FORMATS, make_tir_format  # imports this module
-
-    if name in FORMATS:
-        return make_tir_format(name, tools, tokenizer)
-    raise ValueError(f"unknown chat format {name!r} (valid: hermes, {', '.join(FORMATS)})")
-
-
-def encode_text(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of framework-inserted text (observations, expert turns); special-token strings
-    such as `<|im_end|>` map to their single special ids."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def encode_prompt(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """The opening messages rendered by the chat template, ready for the first assistant turn."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
-
-
-def check_prefix_preserving(tokenizer: Any) -> None:
-    """Fail loudly if multi-turn token contexts built turn by turn would differ from the template.
-
-    Checks (1) the rendered conversation with k messages is a prefix of the one with k + 1 (in
-    tokens, not just text), and (2) special tokens in inserted text encode to their single ids.
-    Templates that rewrite earlier turns (e.g. strip reasoning from past assistant messages) fail.
-    """
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise TokenizerCheckError("tokenizer has no chat template")
-    convo: list[Message] = [
-        {"role": "system", "content": "You are a helpful agent."},
-        {"role": "user", "content": "Question one?"},
-        {"role": "assistant", "content": "<search>one</search>"},
-        {"role": "tool", "content": "<tool_response>result</tool_response>"},
-        {"role": "assistant", "content": "<answer>yes</answer>"},
-    ]
-    previous: list[int] = []
-    for k in range(1, len(convo) + 1):
-        ids = tokenizer.apply_chat_template(convo[:k], tokenize=True)
-        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        if ids[: len(previous)] != previous:
-            raise TokenizerCheckError(
-                f"chat template is not prefix-preserving: adding message {k} "
-                f"({convo[k - 1]['role']}) changes the tokens of the earlier ones; multi-turn "
-                "rollouts would train on tokens the model never saw"
-            )
-        previous = ids
-    for token in (tokenizer.eos_token, tokenizer.bos_token):
-        if token and len(encode_text(tokenizer, token)) != 1:
-            raise TokenizerCheckError(
-                f"special token {token!r} does not encode to a single id inside inserted text"
-            )

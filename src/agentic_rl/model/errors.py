@@ -1,0 +1,8 @@
+"""The error every model-loading path raises (a missing model, tokenizer or extra), with a
+message that says what to install or set."""
+
+from __future__ import annotations
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer cannot be loaded; the message says what is missing."""

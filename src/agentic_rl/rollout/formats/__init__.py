@@ -1,2 +1,0 @@
-"""Chat formats and action parsers: tags and hermes tool calls (`chat`), tool-integrated
-reasoning formats (`tir`)."""
