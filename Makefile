@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint format clean
+.PHONY: setup train test test-fast lint format clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,15 @@ train: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(ARGS)
 
+# The inner loop: everything not marked slow (the bundled-model end-to-end runs). CI runs `test`.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+# ruff, and the import-linter contracts in pyproject.toml (layers, no cycles, pure algos).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

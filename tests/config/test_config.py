@@ -6,7 +6,7 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError, parse_override, resolve_recipe
 from agentic_rl.config.schema import Config
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,11 +1,11 @@
-"""One process of the FSDP2 tests (tests/test_fsdp.py starts two on gloo, as torchrun would).
+"""One process of the FSDP2 tests (tests/scale/test_fsdp.py starts two on gloo, as torchrun would).
 
 Every process builds the same tiny model and batch, runs the single-process update itself (the
 reference numbers) and the sharded update, and rank 0 writes what the test asserts to
 OUT/results.json: per case the largest differences, and a sharded checkpoint for the resume and
 export tests.
 
-    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python tests/fsdp_worker.py OUT
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python tests/scale/fsdp_worker.py OUT
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """learner.strategy=fsdp2 on CPU: two processes on gloo against the single-process numbers.
 
-The fast tests share one launch of tests/fsdp_worker.py in two processes (as torchrun starts
+The fast tests share one launch of tests/scale/fsdp_worker.py in two processes (as torchrun starts
 them); the slow one runs `torchrun ... agentic-rl train` end to end, resumes it and exports it.
 """
 
