@@ -268,11 +268,28 @@ def _metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rows]
 
 
+def _assert_metrics_close(actual: list[dict], expected: list[dict]) -> None:
+    """Same rows and keys; numbers within 1e-4 relative (1e-6 absolute). Rounding differences
+    of ~1e-7 between the two paths stay far inside this; a wrong share, gather, reduction or
+    normaliser changes a loss, KL or reward by orders of magnitude more."""
+    assert [sorted(r) for r in actual] == [sorted(r) for r in expected]
+    for got, want in zip(actual, expected, strict=True):
+        for key, value in want.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (want["step"], key)
+            else:
+                assert got[key] == value, (want.get("step"), key)
+
+
 @pytest.mark.slow
 def test_one_process_fsdp2_run_reproduces_the_single_process_run(tmp_path, monkeypatch):
     """The whole sharded path (rollout share and gather, sharded reference and value head,
-    padded micro-batches, weight sync, sharded checkpoints) with one process gives exactly the
-    numbers of a plain run: PPO with a KL term after a warm start."""
+    padded micro-batches, weight sync, sharded checkpoints) with one process gives the numbers of
+    a plain run: PPO with a KL term after a warm start.
+
+    Two code paths (FSDP2's flattened parameters and reductions against the plain module), so
+    the metrics agree to a tolerance, not bit for bit: summation order differs between CPUs
+    and kernels. Same-path reproducibility (resume) is tested bit-exactly elsewhere."""
     common = [
         "model.name=tiny",
         "algo.name=ppo",
@@ -297,4 +314,4 @@ def test_one_process_fsdp2_run_reproduces_the_single_process_run(tmp_path, monke
     assert sharded.returncode == 0, sharded.stderr[-4000:]
     expected = _metrics(tmp_path / "single/run")
     assert [r["step"] for r in expected if "train/loss" in r] == [1, 2]
-    assert _metrics(tmp_path / "fsdp/run") == expected
+    _assert_metrics_close(_metrics(tmp_path / "fsdp/run"), expected)

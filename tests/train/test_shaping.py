@@ -1,4 +1,4 @@
-"""Reward shaping and batch filters applied to rollout episodes (batch_filters.py)."""
+"""Reward shaping and batch filters applied to rollout episodes (train/shaping.py)."""
 
 import pytest
 

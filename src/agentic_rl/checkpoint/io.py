@@ -15,7 +15,7 @@ Layout of one checkpoint (`OUT` is the run's output directory)::
 Everything is written into `OUT/checkpoints/.tmp-*` and renamed into place only once all files
 (and the marker) are on disk, so a crash mid-save never leaves a directory that
 `latest_checkpoint` would pick. The file names and the listing / pruning of checkpoints live in
-checkpoint_paths.py; its names are re-exported from here.
+layout.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where checkpoints live: the names of a checkpoint's files, its `step_*` directory, finding
 the complete checkpoints of a run (`list_checkpoints`, `latest_checkpoint`) and deleting old
-ones (`prune_checkpoints`). The layout and the atomic save are described in checkpoint.py, which
-re-exports every name here.
+ones (`prune_checkpoints`). The layout and the atomic save are described in io.py. Also the layout checks of
+checkpoints written by several processes (`check_layout`) and `CheckpointError`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sharded checkpoints of an FSDP2 run (learner.strategy=fsdp2), with torch.distributed.checkpoint.
 
-Same directory, naming, atomic rename and pruning as checkpoint.py; the weights and optimizer
+Same directory, naming, atomic rename and pruning as io.py; the weights and optimizer
 state are written by every process as its own shards::
 
     OUT/checkpoints/step_000012/
@@ -8,7 +8,7 @@ state are written by every process as its own shards::
                                    {"model": policy.*, value_head.*, reference.*;
                                     "optimizer": AdamW state keyed by parameter name}
         distributed.json           {"strategy": "fsdp2", "world_size": 2}
-        trainer_state.json         as in checkpoint.py
+        trainer_state.json         as in io.py
         rng_rank{R}.pt             each process's RNG states
         scheduler.pt               only when a scheduler was given
         COMPLETE                   marker, written last (by rank 0, after every shard is on disk)

@@ -1,5 +1,5 @@
-"""Generic checks shared by the config validators (config_validate.py,
-config_validate_engines.py): a value among allowed choices, values in range, and settings
+"""Generic checks shared by the config validators (validate.py,
+validate_engines.py, validate_scale.py): a value among allowed choices, values in range, and settings
 changed from their defaults that the chosen setup would silently ignore. Keys are dotted
 `section.field` names."""
 

@@ -2,10 +2,10 @@
 
 Two kinds of rules: values out of range, and combinations that would be silently ignored or can
 never work (GSPO with token-level aggregation, GiGPO without step-wise rollouts on an env with
-anchor states, dynamic sampling that can never fill a batch...). Re-exported by `config`.
-The LoRA / generator-backend / learner rules are in config_validate_engines.py, the async and
-Ray rules in config_distributed.py, the shared checks (`_check_choice`, `_unused`...) in
-config_checks.py.
+anchor states, dynamic sampling that can never fill a batch...). Called by `load.py` for
+every config it builds. The LoRA / generator-backend / learner rules are in validate_engines.py,
+the async and Ray rules in validate_scale.py, the shared checks (`_check_choice`, `_unused`...)
+in checks.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Validation of the engines that generate and update: LoRA (`model.lora_*`), the generator
 backend (`rollout.backend`, `rollout.mixed_precision`, the `vllm` section) and the learner
-(`learner`: one process or FSDP2). Called by `config_validate.validate`."""
+(`learner`: one process or FSDP2). Called by `validate.validate`."""
 
 from __future__ import annotations
 

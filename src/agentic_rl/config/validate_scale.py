@@ -1,5 +1,5 @@
 """Validation of the scale-out settings: asynchronous rollouts (`rollout.max_staleness`,
-`algo.stale_is_cap`) and the `ray` section. Called by `config_validate.validate`."""
+`algo.stale_is_cap`) and the `ray` section. Called by `validate.validate`."""
 
 from __future__ import annotations
 

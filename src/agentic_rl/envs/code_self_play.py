@@ -7,13 +7,13 @@ list of a call) and its output `o = f(i)`, in three task types:
 - induction: given some pairs (i_n, o_n) and a message, write an f that maps every input of
   the task (shown and held out) to its output.
 `Task.fields["task_type"]` is the type and `Task.fields["role"]` the role ("propose" or
-"solve"), which TRR++ reads. Rewards (rewards/self_play.py), one turn per episode:
+"solve"), which TRR++ reads. Rewards (rewards/absolute_zero.py), one turn per episode:
 - solve: 1 if correct (checked by running code in the sandbox for abduction and induction),
   -0.5 if wrong but well formed, -1 without an `<answer>` (format error);
 - propose: -1 format error, -0.5 if the sandbox rejects the proposal (syntax, banned import or
   call, an error, a timeout, two runs that print different outputs), and 0 for a valid one:
   its learnability reward needs solver rollouts of the new task by the policy, which the
-  self-play step (`agentic_rl/self_play.py`) runs and then writes over this 0.
+  self-play step (`train/self_play.py`) runs and then writes over this 0.
 A proposal answers `<answer>` with fenced blocks: deduction/abduction ```python (the program)
 and ```input (its arguments); induction (given a program) several ```input blocks and one
 ```message. The seed programs (`data/self_play_seeds.jsonl`, hand-written; train and eval
@@ -220,7 +220,7 @@ class CodeSelfPlayEnv(ToolEnv):
     `pool_size` workers, or the sandbox service at `sandbox_url`. `references` (K, buffer
     programs shown to a proposer; the task generator takes it too) and `solve_samples` (n,
     solver rollouts that estimate a new task's solve rate) are the settings of the self-play
-    step (`agentic_rl/self_play.py`), which reads them here."""
+    step (`train/self_play.py`), which reads them here."""
 
     def __init__(
         self,

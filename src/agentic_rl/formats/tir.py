@@ -1,5 +1,5 @@
 """Chat formats for tool-integrated reasoning: ReTool code blocks, validated multi-tool hermes
-calls, and the SWE-RL think/solution turn. Same `ChatFormat` protocol as `rollout/chat.py`.
+calls, and the SWE-RL think/solution turn. Same `ChatFormat` protocol as `formats/chat.py`.
 
 - `ReToolFormat` (Feng et al. 2025, "ReTool"): the model writes reasoning and
   `<code>```python ... ```</code>`; generation stops at `</code>`, the code runs, and its output

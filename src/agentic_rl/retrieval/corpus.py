@@ -128,7 +128,7 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
 
 
 def write_builtin_corpus(path: str | Path, num_entities: int = 500, seed: int = 0) -> int:
-    """Dump the generated search-QA corpus (envs/qa_corpus.py) as Search-R1 JSONL.
+    """Dump the generated search-QA corpus (qa_corpus.py) as Search-R1 JSONL.
 
     The same `(num_entities, seed)` as the `search_qa` env gives the same documents and ids, so
     an index built from this file answers that env's questions. Returns the number of documents.

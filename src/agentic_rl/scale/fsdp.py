@@ -59,7 +59,7 @@ _RANK_SEED_STRIDE = 1_000_003
 class CausalLMRoot(nn.Module):
     """The FSDP2 root unit around a Hugging Face causal LM.
 
-    `token_logprobs` (models.py) runs the model's backbone and then projects the hidden states
+    `token_logprobs` (model/load.py) runs the model's backbone and then projects the hidden states
     with the output-embedding weight itself. FSDP2 gathers a unit's weights only inside that
     unit's forward, so the root's forward *is* the backbone: `base_model_prefix` points back at
     the root, and after its forward the head weight is the gathered tensor (FSDP2 keeps the
@@ -278,7 +278,7 @@ class DataParallel:
         }
         return TrainBatch(**moved)
 
-    # -- checkpoints (fsdp_checkpoint.py), same signatures as checkpoint.py ---------------------
+    # -- checkpoints (checkpoint/sharded.py), same signatures as checkpoint/io.py ---------------------
 
     def save_checkpoint(self, out_dir: Path, step: int, *args: Any, **kwargs: Any) -> Path:
         from agentic_rl.checkpoint.sharded import save_sharded_checkpoint

@@ -3,7 +3,7 @@
 Pure functions over JSON and the tokenizer; replies are built in `serving/openai_reply.py`, the
 HTTP layer is `serving/policy_server.py` and the token bookkeeping `serving/recorder.py`.
 
-Tools use the hermes layout of `rollout/chat.py` (the format the training loop's `hermes` chat
+Tools use the hermes layout of `formats/chat.py` (the format the training loop's `hermes` chat
 format speaks): the tool list goes into the system message (`hermes_tools_prompt`), the model
 calls a tool as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (generation stops at
 `</tool_call>`, one call per turn) and a `tool` message comes back as a `tool` turn wrapped in

@@ -1,7 +1,7 @@
 """Kept episodes -> the batch an update trains on: collate them, fill the reference logprobs,
 the old values (ppo) and the advantages, apply the overlong filter and the stale-sample
 correction (`prepare_batch`); and whether an update on that batch would move the weights at all
-(`carries_gradient`). Called by `trainer.train_step`; re-exported from trainer.py.
+(`carries_gradient`). Called by `loop.train_step`.
 """
 
 from __future__ import annotations
