@@ -6,11 +6,9 @@ import pytest
 
 from agentic_rl.rewards.step_search import (
     information_gains,
-    place_on_turns,
     redundancy_penalties,
     search_steps,
     split_documents,
-    step_rewards_from_completion,
     step_search_rewards,
     tfidf_cosines,
 )
@@ -66,7 +64,7 @@ def test_normalisation_repeats_and_edge_cases():
     assert step_search_rewards([], [G1]) == []
 
 
-def test_parse_rendered_results_and_rewards_from_a_completion():
+def test_parse_rendered_results():
     gold_docs = ['"Ann Lee"\nAnn Lee works for Acme Mills.', '"Acme Mills"\nAcme Mills makes rope.']
     result = [{"document": {"id": "1", "contents": c}, "score": 1.0} for c in gold_docs]
     info = format_results(result)  # Doc 1(Title: "Ann Lee") Ann Lee works ...\nDoc 2(...)
@@ -82,11 +80,5 @@ def test_parse_rendered_results_and_rewards_from_a_completion():
     )
     assert [q for q, _ in search_steps(text)] == ["Ann Lee", "again"]
     # step 1 retrieves both gold docs exactly: IG = 1; step 2 only repeats: IG 0, RP 1
-    assert step_rewards_from_completion(text, gold_docs) == pytest.approx([0.6, -0.6])
-
-
-def test_place_on_turns():
-    assert place_on_turns([True, False, True, False], [0.3, -0.1]) == [0.3, 0.0, -0.1, 0.0]
-    assert place_on_turns([True, True], [0.3]) == [0.3, 0.0]
-    with pytest.raises(ValueError, match="2 step rewards but only 1"):
-        place_on_turns([True, False], [0.1, 0.2])
+    steps = [docs for _, docs in search_steps(text)]
+    assert step_search_rewards(steps, gold_docs) == pytest.approx([0.6, -0.6])

@@ -5,7 +5,6 @@ import pytest
 from agentic_rl.rollout.context import (
     Span,
     fit_context,
-    fit_trajectory_context,
     make_span,
     protected_indices,
     spans_from_trajectory,
@@ -106,13 +105,7 @@ def test_old_actions_go_last_and_only_when_allowed():
     assert bare.token_ids == PROMPT and not bare.fits
 
 
-def test_fit_trajectory_context_and_bad_arguments():
-    t = _trajectory()
-    window = fit_trajectory_context(
-        t.token_ids, t.loss_mask, t.logprobs, 4, t.turn_spans, 18, keep_last_turns=1,
-        min_observation_tokens=2,
-    )  # fmt: skip
-    assert len(window) == 18
+def test_bad_arguments():
     with pytest.raises(ValueError, match="mode"):
         fit_context(_spans(), 10, mode="summarise")
     with pytest.raises(ValueError, match=">= 0"):

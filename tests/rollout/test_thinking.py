@@ -9,8 +9,6 @@ from agentic_rl.rollout.thinking import (
     FORCED_STOP,
     apply_thinking_switch,
     fusion_response,
-    requested_mode,
-    split_thinking,
     thinking_budget_continuation,
     thinking_length,
 )
@@ -36,27 +34,6 @@ def test_apply_thinking_switch():
     assert apply_thinking_switch(MESSAGES, None) == MESSAGES
     with pytest.raises(ValueError):
         apply_thinking_switch([{"role": "system", "content": "x"}], "think")
-
-
-def test_requested_mode_latest_flag_wins():
-    assert requested_mode(MESSAGES) == "think"
-    assert requested_mode(apply_thinking_switch(MESSAGES, "no_think")) == "no_think"
-    convo = [
-        {"role": "user", "content": "a /no_think"},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": "b /no_think then /think"},
-    ]
-    assert requested_mode(convo) == "think"
-    assert requested_mode(convo[:2]) == "no_think"
-
-
-def test_split_and_fusion():
-    assert split_thinking("<think>\nplan\n</think>\n\n42") == ("plan", "42")
-    assert split_thinking("<think>cut off") == (None, "<think>cut off")
-    assert fusion_response("42", None, "no_think") == EMPTY_THINK + "42"
-    assert fusion_response("42", "plan", "think") == "<think>\nplan\n</think>\n\n42"
-    with pytest.raises(ValueError):
-        fusion_response("42", "", "think")
 
 
 @pytest.mark.parametrize("split_tag", [False, True])
@@ -87,3 +64,10 @@ def test_budget_with_the_bundled_tokenizer(tokenizer):
     assert tokenizer.decode(ids[:inside]).endswith("<think>")
     assert thinking_budget_continuation(ids, tokenizer, budget=len(ids) - inside) == FORCED_STOP
     assert thinking_budget_continuation(ids, tokenizer, budget=len(ids)) is None
+
+
+def test_fusion_response():
+    assert fusion_response("42", None, "no_think") == EMPTY_THINK + "42"
+    assert fusion_response("42", "plan", "think") == "<think>\nplan\n</think>\n\n42"
+    with pytest.raises(ValueError):
+        fusion_response("42", "", "think")

@@ -1,19 +1,3 @@
-"""Reward functions (TRL-shaped: `fn(completions, **task_fields) -> list[float]`) and metrics."""
-
-from agentic_rl.rewards.qa import (
-    cover_exact_match,
-    exact_match,
-    exact_match_reward,
-    extract_answer,
-    f1_score,
-    normalize_answer,
-)
-
-__all__ = [
-    "cover_exact_match",
-    "exact_match",
-    "exact_match_reward",
-    "extract_answer",
-    "f1_score",
-    "normalize_answer",
-]
+"""Reward functions (TRL-shaped: `fn(completions, **task_fields) -> list[float]`), verifiers and
+metrics: QA (`qa`), math (`math`), code (`code`), search (`search`, `search_format`,
+`step_search`), tool use (`tool_use`), TTRL (`ttrl`), Absolute Zero (`absolute_zero`)."""

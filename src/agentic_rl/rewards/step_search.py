@@ -163,31 +163,3 @@ def search_steps(text: str, tags: SearchTags = DEFAULT_TAGS) -> list[tuple[str, 
         (query.strip(), split_documents(info))
         for query, info in re.findall(pattern, text, flags=re.DOTALL)
     ]
-
-
-def step_rewards_from_completion(
-    text: str,
-    golds: Sequence[str],
-    tags: SearchTags = DEFAULT_TAGS,
-    weight: float = STEP_WEIGHT,
-    backend: Backend = "auto",
-) -> list[float]:
-    """Step rewards of a rendered completion, one per search step that got results."""
-    return step_search_rewards(
-        [docs for _, docs in search_steps(text, tags)], golds, weight, backend
-    )
-
-
-def place_on_turns(is_search_turn: Sequence[bool], rewards: Sequence[float]) -> list[float]:
-    """Per-turn rewards (Trajectory.step_rewards order): the i-th search turn gets rewards[i],
-    other turns 0. Search turns beyond `rewards` (e.g. a failed search) also get 0."""
-    out, k = [], 0
-    for is_search in is_search_turn:
-        value = 0.0
-        if is_search:
-            value = rewards[k] if k < len(rewards) else 0.0
-            k += 1
-        out.append(value)
-    if k < len(rewards):
-        raise ValueError(f"{len(rewards)} step rewards but only {k} search turns")
-    return out

@@ -178,17 +178,3 @@ def fit_context(
     window.fits = len(window) <= budget
     window.dropped.sort()
     return window
-
-
-def fit_trajectory_context(
-    token_ids: Sequence[int],
-    loss_mask: Sequence[int],
-    logprobs: Sequence[float],
-    prompt_length: int,
-    turn_spans: Sequence[tuple[int, int]],
-    budget: int,
-    **options: object,
-) -> ContextWindow:
-    """`fit_context` on a flat trajectory (`spans_from_trajectory`); options as fit_context."""
-    spans = spans_from_trajectory(token_ids, loss_mask, logprobs, prompt_length, turn_spans)
-    return fit_context(spans, budget, **options)  # type: ignore[arg-type]

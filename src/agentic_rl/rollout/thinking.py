@@ -56,31 +56,6 @@ def apply_thinking_switch(messages: Sequence[Message], mode: ThinkingMode | None
     raise ValueError("no user message to put the thinking switch on")
 
 
-def requested_mode(messages: Sequence[Message]) -> ThinkingMode:
-    """The mode the conversation asks for: the last switch in any user or system message wins;
-    thinking is the default."""
-    for message in reversed(messages):
-        if message.get("role") not in ("user", "system"):
-            continue
-        content = message.get("content", "")
-        positions = {mode: content.rfind(flag) for mode, flag in SWITCHES.items()}
-        # "/no_think" does not contain "/think", so the two searches never collide.
-        best = max(positions, key=lambda mode: positions[mode])
-        if positions[best] >= 0:
-            return best  # type: ignore[return-value]
-    return "think"
-
-
-def split_thinking(text: str) -> tuple[str | None, str]:
-    """(thinking, answer) of a reply: the text inside the first <think>...</think> and what
-    follows it; (None, text) when there is no closed thinking block."""
-    start = text.find(THINK_OPEN)
-    end = text.find(THINK_CLOSE, start + len(THINK_OPEN)) if start >= 0 else -1
-    if start < 0 or end < 0:
-        return None, text
-    return text[start + len(THINK_OPEN) : end].strip(), text[end + len(THINK_CLOSE) :].lstrip()
-
-
 def fusion_response(answer: str, thinking: str | None, mode: ThinkingMode) -> str:
     """A thinking-mode fusion SFT target: `<think>\\n{thinking}\\n</think>\\n\\n{answer}` in
     think mode, the empty block then the answer in no-think mode."""

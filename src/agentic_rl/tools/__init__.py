@@ -1,25 +1,2 @@
-"""Tools the agent can call: a protocol, safe calling, and the built-in tools."""
-
-from agentic_rl.tools.base import (
-    FunctionTool,
-    Tool,
-    ToolError,
-    ToolOutcome,
-    call_tool,
-    result_tag_of,
-    validate_arguments,
-)
-from agentic_rl.tools.calculator import Calculator
-from agentic_rl.tools.search import BM25Search
-
-__all__ = [
-    "BM25Search",
-    "Calculator",
-    "FunctionTool",
-    "Tool",
-    "ToolError",
-    "ToolOutcome",
-    "call_tool",
-    "result_tag_of",
-    "validate_arguments",
-]
+"""Tools the agent can call: the protocol and safe calling (`base`), and the built-in tools:
+calculator, BM25 search, web search and page reading, sandboxed Python (`sandbox/`)."""
