@@ -36,7 +36,7 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.schema import Config
 from agentic_rl.train.collect import evaluate, expert_demos
 from agentic_rl.train.loop import train_step
-from agentic_rl.train.setup import build, make_optimizer, set_learning_rate
+from agentic_rl.train.setup import build, make_optimizer, set_learning_rate, start_from_policy
 from agentic_rl.train.sft import train_sft
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search_r1_masking.json"
@@ -85,8 +85,7 @@ def run(args: argparse.Namespace, seed: int, variant: str, weights_path: str) ->
     setup = build(cfg)
     setup.policy.load_state_dict(torch.load(weights_path))
     sync_weights(setup.generator, setup.policy)
-    if setup.reference is not None:  # the KL anchor is the model RL starts from
-        setup.reference.load_state_dict(setup.policy.state_dict())
+    start_from_policy(setup)  # the KL anchor and a separate critic start from these weights
     optimizer = make_optimizer(setup)
     steps, start = [], time.perf_counter()
     for step in range(1, cfg.trainer.steps + 1):
@@ -99,6 +98,11 @@ def run(args: argparse.Namespace, seed: int, variant: str, weights_path: str) ->
                 "tool_calls": m["tool_calls_per_episode"],
                 "seconds": m["step_seconds"],
             }
+        )
+        print(
+            f"  {variant} seed {seed} step {step}: reward {m['reward']:.3f} "
+            f"value_loss {m.get('value_loss', 0.0):.4f} {m['step_seconds']:.0f} s",
+            flush=True,
         )
     after = evaluate(setup)
     return {

@@ -58,7 +58,7 @@ def parity_reward(text: str) -> float:
 
 def prompt_messages(n: int) -> list[list[dict[str, str]]]:
     """The opening chat messages of the first `n` search_qa training tasks."""
-    from agentic_rl.envs import TASKS, make_env
+    from agentic_rl.envs.registry import TASKS, make_env
 
     tasks = TASKS["search_qa"]("train", n, SEED)
     env = make_env("search_qa")

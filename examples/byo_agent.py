@@ -10,7 +10,7 @@ episode, and the recorded episodes feed one GRPO update of the served policy.
 
 Against a server started separately (it trains itself every 8 finished episodes):
 
-    agentic-rl serve-policy calculator_grpo --train-every 8
+    agentic-rl serve-policy calculator_grpo --train-every 8 --group-size 4
     .venv/bin/python examples/byo_agent.py --url http://127.0.0.1:8000
 """
 
@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = "smollm2-135m" if args.bundled else "tiny"
     overrides = [f"model.name={model}", f"trainer.out_dir={args.out}", "optim.lr=1e-4"]
     setup = build(load_config("calculator_grpo", overrides))
-    service = PolicyService.from_setup(setup, export=f"{args.out}/episodes.jsonl")
+    service = PolicyService.from_setup(
+        setup, export=f"{args.out}/episodes.jsonl", group_size=args.group_size
+    )
     with BackgroundServer(create_app(service)) as server:
         episodes = collect(
             server.url, model, args.questions, args.group_size, args.seed, args.max_tokens

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from agentic_rl.envs import ENVS, TASKS
 from agentic_rl.envs.base import ToolEnv, check_env
+from agentic_rl.envs.registry import register_env
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import FunctionTool, ToolError
 from agentic_rl.types import Task
@@ -65,22 +65,28 @@ def make_tasks(split: str, n: int, seed: int = 0) -> list[Task]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundled", action="store_true", help="train the bundled model")
+    parser.add_argument("--out", default="runs", help="folder of the run's outputs")
     args = parser.parse_args()
 
     check_env(DictionaryEnv(), make_tasks("eval", 5))
     print("check_env: ok")
 
-    # Envs and task generators are plain dicts: adding an entry makes the name usable in config.
-    ENVS["dictionary"] = DictionaryEnv
-    TASKS["dictionary"] = make_tasks
+    # Registering the env makes its name usable as env.name in this process. An installed
+    # package does the same through an `agentic_rl.envs` entry point (see the README).
+    register_env("dictionary", DictionaryEnv, make_tasks)
 
-    from agentic_rl.config import load as config
+    from agentic_rl.config.load import load_config
     from agentic_rl.train.loop import train
 
-    overrides = ["env.name=dictionary", "trainer.run_name=dictionary", "trainer.out_dir=runs"]
+    overrides = [
+        "env.name=dictionary",
+        "trainer.run_name=dictionary",
+        f"trainer.out_dir={args.out}",
+    ]
     if not args.bundled:
         overrides.append("model.name=tiny")
-    train(config.load_config("calculator_grpo", overrides, smoke=True))
+    summary = train(load_config("calculator_grpo", overrides, smoke=True))
+    print(f"trained {summary['steps']} steps: success {summary['after']['success']:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`agentic-rl` command line: train, eval, check-env, recipes, sft, dpo."""
+"""`agentic-rl` command line: train, eval, check-env, recipes, sft, dpo, report, ..."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from agentic_rl.checkpoint.export import add_export_command
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError, recipe_dirs
+from agentic_rl.report.cli import add_report_command
 from agentic_rl.retrieval.cli import add_index_commands
 from agentic_rl.serving.cli import add_serve_policy_command
 from agentic_rl.tools.sandbox.cli import add_sandbox_command
@@ -49,14 +50,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from agentic_rl.envs import ENVS, TASKS, make_env
     from agentic_rl.envs.base import check_env
+    from agentic_rl.envs.registry import env_names, make_env, task_generator
 
-    if args.name not in ENVS:
-        raise ConfigError(f"unknown env '{args.name}' (valid: {', '.join(sorted(ENVS))})")
-    tasks = TASKS[args.name]("eval", args.tasks, args.seed)
-    check_env(make_env(args.name), tasks, seed=args.seed)
+    if args.name not in env_names():
+        raise ConfigError(f"unknown env '{args.name}' (valid: {', '.join(env_names())})")
+    tasks = task_generator(args.name)("eval", args.tasks, args.seed)
+    skipped = check_env(make_env(args.name), tasks, seed=args.seed)
     print(f"{args.name}: all checks passed on {len(tasks)} tasks")
+    for check in skipped:
+        print(f"  skipped: {check}")
     return 0
 
 
@@ -155,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_command(sub)
     add_serve_policy_command(sub)
     add_export_command(sub)
+    add_report_command(sub)
     return parser
 
 

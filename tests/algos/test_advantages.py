@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from agentic_rl.algos.advantages import (
-    SEQUENCE_ADVANTAGES,
     discounted_returns,
     dr_grpo_advantages,
     gae_advantages,
@@ -131,9 +130,12 @@ def test_integer_rewards_are_promoted():
     close(adv, [0.5, -0.5])
 
 
-def test_sequence_advantages_dict():
-    expected = {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages, "rloo": rloo_advantages}
-    assert expected == SEQUENCE_ADVANTAGES
+# The group-relative estimators with the signature (rewards [B], group_ids [B]) -> [B].
+SEQUENCE_ADVANTAGES = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+}
 
 
 CONSTANT_GROUPS = [
@@ -349,19 +351,33 @@ def test_multi_conversation_is_detached():
 # --------------------------------------------------------------------------------- TRR++
 
 
-def test_trr_pp_per_task_role_buckets():
-    # buckets (task, role):
-    #   (0, 0): rewards 1, 0    -> mean 0.5, unbiased std sqrt(0.5) -> +-0.5/0.707107 = +-0.707107
-    #   (0, 1): rewards 2, 0, 1 -> mean 1, sq dev 1 + 1 + 0 = 2, var 1 -> 1, -1, 0
-    #   (1, 0): singleton 5     -> 0
-    #   (1, 1): constant 0.3    -> 0
+def test_trr_pp_whitens_tokens_within_each_task_role_bucket():
+    # Every masked token carries its sequence's reward; each bucket's tokens are whitened with
+    # their mean and unbiased (N - 1) variance, as veRL's masked_whiten in the AZR code.
+    #   (0, 0): rows 0 (R=1, 2 tokens) and 2 (R=0, 1 token): tokens [1, 1, 0], mean 2/3,
+    #           squared deviations 1/9 + 1/9 + 4/9 = 2/3, var (2/3) / 2 = 1/3, std 1/sqrt(3)
+    #           -> (1/3) sqrt(3) = 1/sqrt(3) and (-2/3) sqrt(3) = -2/sqrt(3)
+    #   (0, 1): rows 1 (R=2, 1 token), 5 (R=0, 2 tokens), 7 (R=1, no token): tokens [2, 0, 0],
+    #           mean 2/3, deviations 16/9 + 4/9 + 4/9 = 24/9, var 4/3, std 2/sqrt(3)
+    #           -> (4/3) / (2/sqrt(3)) = 2/sqrt(3), (-2/3) / (2/sqrt(3)) = -1/sqrt(3)
+    #   (1, 0): row 3 alone (R=5, 2 tokens): constant -> 0
+    #   (1, 1): rows 4 and 6, R=0.3 both: constant -> 0
     # (0, 1) and (1, 0) are different buckets although task + role is equal.
     rewards = t([1.0, 2.0, 0.0, 5.0, 0.3, 0.0, 0.3, 1.0])
     task = torch.tensor([0, 0, 0, 1, 1, 0, 1, 0])
     role = torch.tensor([0, 1, 0, 0, 1, 1, 1, 1])
     mask = t([[1, 1], [1, 0], [0, 1], [1, 1], [1, 1], [1, 1], [1, 0], [0, 0]])
-    r = 0.5 / math.sqrt(0.5)
-    expected = [[r, r], [1.0, 0], [0, -r], [0, 0], [0, 0], [-1.0, -1.0], [0, 0], [0, 0]]
+    s3 = math.sqrt(3.0)
+    expected = [
+        [1 / s3, 1 / s3],
+        [2 / s3, 0],
+        [0, -2 / s3],
+        [0, 0],
+        [0, 0],
+        [-1 / s3, -1 / s3],
+        [0, 0],
+        [0, 0],
+    ]
     close(trr_pp_advantages(rewards, task, role, mask, eps=0.0), expected)
 
 
@@ -373,10 +389,17 @@ def test_trr_pp_constant_and_singleton_buckets_are_exactly_zero():
     assert torch.equal(out, torch.zeros(4, 3, dtype=F64))
 
 
-def test_trr_pp_eps_enters_as_std_plus_eps():
-    # one bucket [1, 0]: (+-0.5) / (0.707107 + 0.25) = +-0.522408
+def test_trr_pp_eps_enters_inside_the_square_root():
+    # one bucket, tokens [1, 0]: mean 0.5, unbiased var 0.5 -> (+-0.5) / sqrt(0.5 + 0.25)
     out = trr_pp_advantages(
         t([1.0, 0.0]), torch.tensor([4, 4]), torch.tensor([0, 0]), torch.ones(2, 1), eps=0.25
     )
-    d = 0.5 / (math.sqrt(0.5) + 0.25)
+    d = 0.5 / math.sqrt(0.75)
     close(out, [[d], [-d]])
+
+
+def test_trr_pp_integer_rewards_and_no_gradient():
+    rewards = torch.tensor([1, 0])
+    out = trr_pp_advantages(rewards, torch.zeros(2), torch.zeros(2), torch.ones(2, 2))
+    assert out.dtype == torch.float32 and not out.requires_grad
+    close(out, [[math.sqrt(3) / 2] * 2, [-math.sqrt(3) / 2] * 2])  # +-0.5 / sqrt(1/3)

@@ -11,6 +11,7 @@ from agentic_rl.algos.advantages import grpo_advantages
 from agentic_rl.algos.losses import (
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
     aggregate_loss,
     gspo_loss,
     kl_penalty,
@@ -395,3 +396,8 @@ def test_overlong_filter_mask_zeroes_truncated_rows_and_keeps_dtype():
     out_b = overlong_filter_mask(bool_mask, torch.tensor([True, False, False]))
     assert out_b.dtype == torch.bool
     assert out_b.tolist() == [[False, False, False], [True, False, True], [False, True, True]]
+
+
+def test_policy_loss_table():
+    assert POLICY_LOSSES["ppo"].fn is ppo_clip_loss and not POLICY_LOSSES["ppo"].sequence_level
+    assert POLICY_LOSSES["gspo"].fn is gspo_loss and POLICY_LOSSES["gspo"].sequence_level

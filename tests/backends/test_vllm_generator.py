@@ -209,6 +209,7 @@ def test_engine_kwargs_follow_the_config():
     assert kw["enable_prefix_caching"] is True and kw["model"] == kw["tokenizer"] == "/m"
     assert kw["enable_sleep_mode"] is True and kw["max_model_len"] == 2048
     assert kw["enable_lora"] is True and kw["max_lora_rank"] == 16 and kw["max_loras"] == 1
+    assert kw["logprobs_mode"] == "processed_logprobs"  # logprobs after temperature and top-p
     plain = vb.engine_kwargs(load_config(None, ["rollout.backend=vllm"]), "/m")
     assert "enable_lora" not in plain and "enable_sleep_mode" not in plain
     assert vb.lora_rank_bucket(8) == 8 and vb.lora_rank_bucket(9) == 16

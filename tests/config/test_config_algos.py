@@ -32,6 +32,8 @@ STEP = ["rollout.mode=step"]
         ([*STEP, "rollout.history_window=-1"], "rollout.history_window must be >= 0"),
         (["filters.max_gen_batches=0"], "filters.max_gen_batches must be >= 1"),
         (["filters.max_gen_batches=5"], "filters.max_gen_batches is set but does nothing"),
+        (["filters.dynamic_sampling=true", "filters.metric=acc"], "filters.metric: 'acc' is not"),
+        (["filters.metric=reward"], "filters.metric is set but does nothing"),
         (
             ["filters.dynamic_sampling=true", "rollout.group_size=1", "algo.name=reinforce_pp"],
             "rollout.group_size=1 never does",
@@ -106,12 +108,25 @@ def test_new_recipes_load_with_their_mechanisms():
     assert load_config("gigpo_gridworld", ["algo.name=grpo"]).rollout.mode == "step"
 
 
+def test_loss_agg_defaults_to_the_estimators_own():
+    # calculator_grpo leaves algo.loss_agg unset: Dr. GRPO gets its constant normaliser (sum
+    # over tokens / (rollout.max_total_tokens x sequences)), the others GRPO's sequence mean
+    assert load_config("calculator_grpo").algo.loss_agg == "seq-mean-token-mean"
+    dr_grpo = load_config("calculator_grpo", ["algo.name=dr_grpo"])
+    assert dr_grpo.algo.loss_agg == "seq-mean-token-sum-norm"
+    # a recipe or an override that sets it wins
+    explicit = ["algo.name=dr_grpo", "algo.loss_agg=token-mean"]
+    assert load_config("calculator_grpo", explicit).algo.loss_agg == "token-mean"
+    assert load_config(None, ["algo.name=dr_grpo"]).algo.loss_agg == "seq-mean-token-mean"
+
+
 def test_defaults_keep_the_existing_behaviour():
     cfg = load_config()
     assert cfg.rollout.mode == "episode" and cfg.algo.policy_loss == "ppo"
     assert not cfg.filters.dynamic_sampling and cfg.filters.variance_filter_keep == 1.0
     assert not cfg.filters.roc and cfg.filters.ttrl_vote_samples == 0
     assert cfg.filters.overlong_buffer == 0 and not cfg.filters.overlong_filter
+    assert cfg.filters.metric == "outcome"
 
 
 def test_scientific_notation_without_a_dot_is_a_float():

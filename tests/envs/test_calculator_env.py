@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from agentic_rl.envs import ENVS, TASKS, make_env
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks, parse_number
+from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.tools.calculator import evaluate
 from agentic_rl.types import Action, Task
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from agentic_rl.envs.base import EnvCheckError, check_env
+from agentic_rl.envs.base import EnvCheckError, ToolEnv, check_env, has_expert
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.types import Observation
 
@@ -62,3 +62,44 @@ def test_check_env_names_the_failed_check(env_class, failed_check):
 def test_check_env_needs_tasks():
     with pytest.raises(EnvCheckError, match="tasks given"):
         check_env(CalculatorEnv(), [])
+
+
+class NoExpert(ToolEnv):
+    """A ToolEnv that never implements expert_turn (it is optional)."""
+
+    def __init__(self):
+        super().__init__(CalculatorEnv().tools)
+
+    def score_answer(self, text: str) -> float:
+        return float(text == self.task.answers[0])
+
+
+class PlainNoExpert:
+    """Not a ToolEnv at all: reset/step only, no expert_turn attribute."""
+
+    def __init__(self):
+        self.inner = NoExpert()
+        self.tools = self.inner.tools
+
+    def reset(self, task, seed):
+        return self.inner.reset(task, seed)
+
+    def step(self, action):
+        return self.inner.step(action)
+
+
+@pytest.mark.parametrize("env_class", [NoExpert, PlainNoExpert])
+def test_check_env_skips_the_expert_check_for_envs_without_one(env_class):
+    assert not has_expert(env_class) and not has_expert(env_class())
+    skipped = check_env(env_class(), TASKS)
+    assert skipped == ["expert reaches reward 1.0 (the env has no expert_turn)"]
+    assert has_expert(CalculatorEnv) and check_env(CalculatorEnv(), TASKS) == []
+
+
+def test_other_checks_still_run_without_an_expert():
+    class NoExpertNeverRight(NoExpert):
+        def score_answer(self, text: str) -> float:
+            return 0.0 if text == self.task.answers[0] else 0.5
+
+    with pytest.raises(EnvCheckError, match="gold answer scores >= a wrong one"):
+        check_env(NoExpertNeverRight(), TASKS)

@@ -1,6 +1,5 @@
 import pytest
 
-from agentic_rl.envs import ENVS, TASKS, make_env
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.gridworld import (
     MAX_PATH,
@@ -10,6 +9,7 @@ from agentic_rl.envs.gridworld import (
     make_gridworld_tasks,
     shortest_path,
 )
+from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.types import Action, Task
 
 

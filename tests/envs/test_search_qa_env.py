@@ -2,8 +2,8 @@
 
 import pytest
 
-from agentic_rl.envs import make_env
 from agentic_rl.envs.base import check_env
+from agentic_rl.envs.registry import make_env
 from agentic_rl.envs.search_qa import QUESTIONS, SearchQAEnv, get_search_tool, make_search_qa_tasks
 from agentic_rl.retrieval.qa_corpus import build_corpus, build_world
 from agentic_rl.rewards.qa import cover_exact_match

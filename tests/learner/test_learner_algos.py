@@ -8,11 +8,15 @@ import torch
 
 from agentic_rl.config.algo import GigpoConfig
 from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.learner.batch import collate, collate_episodes
 from agentic_rl.learner.update import compute_advantages, update
 from agentic_rl.types import Trajectory
 
 GSPO = ["algo.policy_loss=gspo", "algo.clip_high=0.2"]
+# One on-policy step (the default recipe splits its batch into 2 PPO mini-batches and sets
+# clip_high 0.28, which would do nothing then).
+ONE_STEP = ["algo.ppo_mini_batches=1", "algo.clip_high=0.2"]
 
 
 def sample(ids, mask, reward, group, step_reward=0.0, anchor=None):
@@ -124,17 +128,24 @@ def test_trr_pp_one_baseline_per_task_type_and_role():
     batch.role_ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     cfg = load_config(None, ["algo.name=trr_pp"])
     compute_advantages(batch, cfg.algo)
-    # rewards alternate 0, 1 within each of the 4 (type, role) buckets of 2 samples
-    a = 0.5 / (2**0.5 / 2 + 1e-6)
+    # Each of the 4 (type, role) buckets holds a reward-0 row of n0 tokens and a reward-1 row
+    # of n1 = n0 + 1 tokens (3 + row index). Whitening the bucket's N = n0 + n1 tokens (mean
+    # n1 / N, unbiased var n0 n1 / (N (N - 1))) gives -sqrt(n1 (N-1) / (n0 N)) and
+    # sqrt(n0 (N-1) / (n1 N)); bucket (0, 0): n0 = 3, n1 = 4 -> -sqrt(24/21), sqrt(18/28).
+    expected = []
+    for n0 in (3, 5, 7, 9):
+        n1, n = n0 + 1, 2 * n0 + 1
+        expected += [-((n1 * (n - 1) / (n0 * n)) ** 0.5), (n0 * (n - 1) / (n1 * n)) ** 0.5]
+    assert batch.loss_mask.sum(1).tolist() == [3, 4, 5, 6, 7, 8, 9, 10]
     per_row = batch.advantages.sum(1) / batch.loss_mask.sum(1)
-    torch.testing.assert_close(per_row, torch.tensor([-a, a] * 4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(per_row, torch.tensor(expected), atol=1e-5, rtol=0)
 
 
 def test_gspo_on_policy_gradient_equals_sequence_mean_ppo(tiny):
     """With ratio 1 the GSPO gradient is -A_i * mean_t grad log pi: the seq-mean PPO gradient."""
     rows = [s for ep in random_episodes(4, 2) for s in ep]
-    ppo, _ = weights_after(tiny, collate(rows, 0), ["algo.loss_agg=seq-mean-token-mean"])
-    gspo, metrics = weights_after(tiny, collate(rows, 0), GSPO)
+    ppo, _ = weights_after(tiny, collate(rows, 0), [*ONE_STEP, "algo.loss_agg=seq-mean-token-mean"])
+    gspo, metrics = weights_after(tiny, collate(rows, 0), [*GSPO, *ONE_STEP])
     assert_same_weights(ppo, gspo)
     assert metrics["clip_frac"] == 0.0
 
@@ -171,14 +182,15 @@ def test_micro_batching_1x8_equals_8x1(tiny, overrides):
         ["algo.clip_low=0.001", "algo.clip_high=0.001"],
         ["algo.clip_high=0.28", "algo.dual_clip=3"],
         ["algo.clip_low=0.0", "algo.clip_high=0.0"],
+        [*GSPO, "algo.gspo_clip_high=0.01"],
     ],
 )
-def test_on_policy_ratio_one_makes_clipping_irrelevant(tiny, clip):
-    rows = [s for ep in random_episodes(4, 1) for s in ep]
-    base, _ = weights_after(tiny, collate(rows, 0), [])
-    clipped, metrics = weights_after(tiny, collate(rows, 0), clip)
-    assert_same_weights(base, clipped, atol=0)
-    assert metrics["clip_frac"] == 0.0
+def test_clip_settings_that_cannot_act_fail_at_load(clip):
+    """One mini-batch, one epoch, pi_old recomputed: the ratio is exactly 1 and no clip binds."""
+    with pytest.raises(ConfigError, match="does nothing.*ratio pi / pi_old is exactly 1"):
+        load_config(None, [*clip, "algo.ppo_mini_batches=1"])
+    for acts in (["algo.ppo_mini_batches=2"], ["algo.epochs=2", "algo.ppo_mini_batches=1"]):
+        load_config(None, [*clip, *acts])  # later mini-batches / epochs are off-policy
 
 
 @pytest.mark.parametrize("overrides", [GSPO, ["algo.loss_agg=token-mean"]])
@@ -201,7 +213,8 @@ def test_gspo_clip_range_applies_to_the_sequence_ratio(tiny):
     rows = [s for ep in random_episodes(4, 1) for s in ep]
     for r in rows:
         r.logprobs = [-2.0 * m for m in r.loss_mask]
-    _, tight = weights_after(tiny, collate(rows, 0), [*GSPO, "algo.epochs=2"])
-    wide = [*GSPO, "algo.epochs=2", "algo.gspo_clip_low=0.99999"]
+    behaviour = ["algo.ppo_mini_batches=1", "algo.recompute_old_logprobs=false"]  # pi_old
+    _, tight = weights_after(tiny, collate(rows, 0), [*GSPO, *behaviour, "algo.epochs=2"])
+    wide = [*GSPO, *behaviour, "algo.epochs=2", "algo.gspo_clip_low=0.99999"]
     _, loose = weights_after(tiny, collate(rows, 0), wide)
     assert tight["clip_frac"] > 0 and loose["clip_frac"] == 0.0

@@ -10,8 +10,6 @@ rewards within (task type, role) buckets (hand-computed; GRPO's per-prompt group
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -185,14 +183,20 @@ def test_learnability_buffer_and_trr_pp_through_the_self_play_step(
 
     batch = prepare_batch(setup, episodes)
     adv = (batch.advantages * batch.loss_mask).sum(1) / batch.loss_mask.sum(1)  # per sequence
-    # TRR++ bucket (deduction, propose): rewards 0.75 x4, -1 x4 -> mean -0.125, unbiased
-    # std sqrt(8 * 0.875^2 / 7) = sqrt(0.875); A = +-0.875 / sqrt(0.875) = +-sqrt(0.875)
-    expected = [math.sqrt(0.875)] * 4 + [-math.sqrt(0.875)] * 4
-    assert adv[deduction].tolist() == pytest.approx(expected, abs=1e-4)
-    # (deduction, solve): [1, -.5, -.5, -.5] x2 -> mean -0.125, std sqrt(8 * ... / 7)
-    values = torch.tensor([1.0, -0.5, -0.5, -0.5] * 2)
-    want = (values - values.mean()) / (values.std() + 1e-6)
-    assert adv[solve].tolist() == pytest.approx(want.tolist(), abs=1e-4)
+
+    def whitened_over_tokens(rows):
+        # TRR++ whitens each bucket's tokens (every token carries its sequence's reward):
+        # token-weighted mean, unbiased variance over the bucket's N tokens
+        values, n = rewards[rows], batch.loss_mask[rows].sum(1)
+        mean = (n * values).sum() / n.sum()
+        var = (n * (values - mean) ** 2).sum() / (n.sum() - 1)
+        return ((values - mean) / torch.sqrt(var + 1e-8)).tolist()
+
+    # TRR++ bucket (deduction, propose): rewards 0.75 x4, -1 x4
+    assert adv[deduction].tolist() == pytest.approx(whitened_over_tokens(deduction), abs=1e-4)
+    assert (adv[deduction][:4] > 0).all() and (adv[deduction][4:] < 0).all()
+    # (deduction, solve): [1, -.5, -.5, -.5] x2
+    assert adv[solve].tolist() == pytest.approx(whitened_over_tokens(solve), abs=1e-4)
     assert adv[bucket(episodes, "abduction", "propose")].abs().max() == 0  # constant bucket
 
     # GRPO normalises within each prompt's group instead: both deduction-proposer groups are

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -57,3 +58,28 @@ def test_user_errors_exit_2_with_a_message(tmp_path, toy_corpus, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["serve-retriever", str(tmp_path), "--port", "1"]) == 2
     assert "no meta.json" in capsys.readouterr().err
+
+
+def test_index_build_reads_corpus_variants_and_skips_broken_lines(tmp_path, capsys):
+    # A public wiki sample's mix: titles in quotes or not, a title field, no title, junk.
+    lines = [
+        json.dumps({"id": "1", "contents": '"Alpha"\nAlpha is the first letter.'}),
+        json.dumps({"id": "2", "contents": "Beta Band\nThe Beta Band was a Scottish group."}),
+        json.dumps({"id": "3", "title": "Gamma ray", "text": "Gamma rays are photons."}),
+        json.dumps({"id": "4", "contents": "Delta has no title line."}),
+        "{broken",
+    ]
+    corpus = tmp_path / "wiki.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "idx"
+    assert main(["index", "build", str(corpus), "--kind", "bm25", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 quoted title, 1 unquoted title, 1 title field, 1 no title" in printed
+    assert "skipped 1 line(s)" in printed and "wiki.jsonl:5: not valid JSON" in printed
+    meta = read_meta(out)
+    assert meta["num_docs"] == 4 and meta["corpus_report"]["skipped_lines"] == 1
+    hit = load_index(out).retrieve(["Scottish group Beta Band"], 1)[0][0]["document"]
+    assert hit == {"id": "2", "contents": '"Beta Band"\nThe Beta Band was a Scottish group.'}
+    strict = ["index", "build", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "s")]
+    assert main([*strict, "--strict"]) == 2
+    assert "wiki.jsonl:5: not valid JSON" in capsys.readouterr().err

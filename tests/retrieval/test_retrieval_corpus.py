@@ -14,6 +14,8 @@ from agentic_rl.retrieval.corpus import (
     file_sha256,
     load_corpus,
     make_contents,
+    read_corpus,
+    validate_document,
     write_builtin_corpus,
     write_corpus,
 )
@@ -105,3 +107,52 @@ def test_package_import_is_light():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+VARIANTS = [
+    json.dumps({"id": "1", "contents": '"Alpha"\nAlpha is the first letter.'}),
+    json.dumps({"id": "2", "contents": "Beta Band\nThe Beta Band was a Scottish group."}),
+    "",
+    json.dumps({"id": "3", "title": "Gamma ray", "text": "Gamma rays are photons."}),
+    json.dumps({"_id": "4", "title": "Delta", "text": "A river delta.", "url": "u"}),
+    json.dumps({"id": 5, "contents": "Epsilon is small and has no title line."}),
+    "{not json",
+    json.dumps({"id": "6"}),
+    json.dumps({"id": "1", "contents": '"Again"\nA repeated id.'}),
+]
+
+
+def test_read_corpus_accepts_the_variants_real_corpora_hold(tmp_path):
+    path = _write_lines(tmp_path / "wiki.jsonl", VARIANTS)
+    docs, report = read_corpus(path)
+    assert [d["id"] for d in docs] == ["1", "2", "3", "4", "5"]
+    assert [d["contents"] for d in docs] == [
+        '"Alpha"\nAlpha is the first letter.',
+        '"Beta Band"\nThe Beta Band was a Scottish group.',
+        '"Gamma ray"\nGamma rays are photons.',
+        '"Delta"\nA river delta.',
+        '""\nEpsilon is small and has no title line.',
+    ]
+    assert docs[3]["url"] == "u" and "text" not in docs[3]  # extra keys kept, text moved
+    assert report.to_dict()["readings"] == {
+        "quoted title": 1,
+        "unquoted title": 1,
+        "title field": 2,
+        "no title": 1,
+    }
+    assert report.skipped == 3 and not report.canonical
+    assert f"{path}:7: not valid JSON" in report.problems[0]
+    assert "missing key(s) contents" in report.problems[1]
+    assert "duplicate id '1' (first on line 1)" in report.problems[2]
+    assert "9 lines: 1 quoted title, 1 unquoted title, 2 title field" in report.summary()
+    with pytest.raises(CorpusError, match=r"wiki.jsonl:7: not valid JSON"):
+        read_corpus(path, strict=True)
+    for doc in docs:  # what read_corpus returns passes the strict layout check
+        validate_document(doc)
+
+
+def test_read_corpus_of_nothing_readable_fails_with_the_reasons(tmp_path):
+    path = _write_lines(tmp_path / "bad.jsonl", ["{not json", json.dumps({"id": "x"})])
+    with pytest.raises(CorpusError, match="no readable documents") as info:
+        read_corpus(path)
+    assert f"{path}:1: not valid JSON" in str(info.value)

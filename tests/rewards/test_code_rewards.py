@@ -146,3 +146,95 @@ def test_exiting_early_or_hanging_does_not_pass(pool):
     assert run_unit_tests(pool, exits, test) == [False]
     hangs = {"pkg/util.py": "while True:\n    pass\n"}
     assert run_unit_tests(pool, hangs, test, timeout_s=0.5) == [False]
+
+
+# -- the reward cannot be gamed (issue 21): each trick below passed before the tests ran in a
+# process of their own; the candidate's code now runs in another one and answers plain values.
+
+ALWAYS_EQUAL = (
+    "class Anything:\n"
+    "    def __eq__(self, other):\n"
+    "        return True\n"
+    "    __hash__ = object.__hash__\n"
+    "def double(x):\n"
+    "    return Anything()\n"
+)
+TEST_DOUBLE = ["from pkg.util import double\nassert double(3) == 6\nassert double(4) == 8\n"]
+
+
+def test_an_object_equal_to_everything_does_not_pass(pool):
+    assert run_unit_tests(pool, {"pkg/util.py": ALWAYS_EQUAL}, TEST_DOUBLE) == [False]
+    # Nor one that subclasses a plain type to lie about equality: it arrives as its base value.
+    int_liar = "class Liar(int):\n    def __eq__(self, other):\n        return True\n"
+    int_liar += "def double(x):\n    return Liar(0)\n"
+    assert run_unit_tests(pool, {"pkg/util.py": int_liar}, TEST_DOUBLE) == [False]
+
+
+def test_reading_the_marker_and_exiting_early_does_not_pass(pool):
+    # Print whatever looks like the marker from the test's source (linecache, the frames that
+    # import this module, any string in memory), then leave with exit code 0.
+    steal = (
+        "import gc, linecache, os, re, sys\n"
+        "found = set()\n"
+        "for text in [''.join(v[2]) for v in linecache.cache.values()]:\n"
+        "    found.update(re.findall(r'TESTS-PASSED-[0-9a-f]+', text))\n"
+        "frame = sys._getframe()\n"
+        "while frame is not None:\n"
+        "    found.update(re.findall(r'TESTS-PASSED-[0-9a-f]+', str(frame.f_globals)))\n"
+        "    frame = frame.f_back\n"
+        "for obj in gc.get_objects():\n"
+        "    if isinstance(obj, str) and 'TESTS-PASSED-' in obj:\n"
+        "        found.update(re.findall(r'TESTS-PASSED-[0-9a-f]+', obj))\n"
+        "for marker in found:\n"
+        "    print(marker)\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n"
+    )
+    assert run_unit_tests(pool, {"pkg/util.py": steal}, TEST_DOUBLE) == [False]
+
+
+def test_writing_into_the_test_process_does_not_pass(pool):
+    # The test process's output, memory and life are out of the candidate's reach.
+    attacks = [
+        # its stdout through /proc, then an early clean exit
+        "import os\nfd = os.open(f'/proc/{os.getppid()}/fd/1', os.O_WRONLY)\n"
+        "os.write(fd, b'TESTS-PASSED-0\\n')\nos._exit(0)\n",
+        # stop it from ever failing: kill it (no marker can follow)
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        # a clean exit in the middle of a call
+        "import sys\ndef double(x):\n    sys.exit(0)\n",
+        "import os\ndef double(x):\n    os._exit(0)\n",
+    ]
+    for attack in attacks:
+        assert run_unit_tests(pool, {"pkg/util.py": attack}, TEST_DOUBLE) == [False], attack
+
+
+def test_honest_code_still_passes_through_the_process_boundary(pool):
+    files = {
+        "lib/core.py": (
+            "import collections\n"
+            "class ParseError(ValueError):\n    pass\n"
+            "def parse(text):\n"
+            "    if not text:\n        raise ParseError('empty')\n"
+            "    return collections.Counter(text.split())\n"
+            "def sort_by(items, key):\n    return sorted(items, key=key)\n"
+            "def append_one(values):\n    values.append(1)\n"
+            "class Box:\n"
+            "    def __init__(self, v):\n        self.v = v\n"
+            "    def get(self):\n        return [self.v, (self.v,)]\n"
+            "    def __len__(self):\n        return 3\n"
+            "LIMIT = 10\n"
+        ),
+    }
+    tests = [
+        "from lib.core import parse\nassert parse('a b a') == {'a': 2, 'b': 1}\n",
+        "from lib import core\ntry:\n    core.parse('')\nexcept core.ParseError as e:\n"
+        "    assert str(e) == 'empty' and isinstance(e, ValueError)\nelse:\n"
+        "    raise AssertionError('no error')\n",
+        "from lib.core import sort_by\nassert sort_by([3, 1, 2], key=lambda x: -x) == [3, 2, 1]\n",
+        "from lib.core import append_one\nv = []\nappend_one(v)\nassert v == [1]\n",
+        "import lib.core as c\nb = c.Box(2)\nassert b.get() == [2, (2,)] and b.v == 2\n"
+        "assert len(b) == 3 and isinstance(b, c.Box) and c.LIMIT == 10\n",
+        "from lib.core import parse\nassert parse('x') == {'x': 2}\n",  # an honest failure
+    ]
+    assert run_unit_tests(pool, files, tests) == [True] * 5 + [False]

@@ -1,4 +1,5 @@
-"""Absolute Zero: task validation in the sandbox, learnability / solver rewards, TRR++."""
+"""Absolute Zero: task validation in the sandbox, learnability / solver rewards (TRR++ is
+tested in tests/algos/test_advantages.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from agentic_rl.rewards.absolute_zero import (
     program_problem,
     proposer_reward,
     solver_reward,
-    trr_plus_plus_advantages,
     validate_task,
 )
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
@@ -100,13 +100,3 @@ def test_composite_rewards():
     assert proposer_reward(True, [1, 1]) == 0.0  # valid but trivially easy
     assert proposer_reward(False, []) == -0.5
     assert proposer_reward(False, [], well_formed=False) == -1.0
-
-
-def test_trr_plus_plus_normalises_per_task_type_and_role():
-    rewards = [1.0, 0.0, 0.5, 0.5, 3.0]
-    types = ["ded", "ded", "ded", "ded", "abd"]
-    roles = ["solve", "solve", "propose", "propose", "solve"]
-    # (ded, solve): mean 0.5, std 0.5 -> +-1; (ded, propose): std 0 -> 0; (abd, solve): singleton
-    assert trr_plus_plus_advantages(rewards, types, roles) == pytest.approx(
-        [1.0, -1.0, 0.0, 0.0, 0.0], abs=1e-5
-    )

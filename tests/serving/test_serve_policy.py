@@ -283,7 +283,7 @@ def test_oversized_bodies_and_generator_failures_are_reported(setup, serve):
 
 def test_grpo_update_from_served_episodes(setup, recording, serve, tmp_path):
     """Four served episodes in two groups -> hand-computed GRPO advantages -> one update."""
-    service = PolicyService.from_setup(setup, export=tmp_path / "episodes.jsonl")
+    service = PolicyService.from_setup(setup, export=tmp_path / "episodes.jsonl", group_size=2)
     service.generator = recording()
     rewards = {"a0": ("g1", 1.0), "a1": ("g1", 0.0), "b0": ("g2", 0.5), "b1": ("g2", 0.5)}
     before = {k: v.clone() for k, v in setup.policy.state_dict().items()}
@@ -386,7 +386,7 @@ def test_cli_serve_policy_records_exports_and_trains(tmp_path):
     out, saved = tmp_path / "episodes.jsonl", tmp_path / "saved"
     command = [sys.executable, "-m", "agentic_rl.cli", "serve-policy", "model.name=tiny"]
     command += ["--port", str(port), "--out", str(out), "--train-every", "2"]
-    command += ["--save-dir", str(saved), "--max-tokens", "3"]
+    command += ["--save-dir", str(saved), "--max-tokens", "3", "--group-size", "2"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

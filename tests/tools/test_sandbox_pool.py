@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
 
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import SANDBOX_DIR, SandboxPool
+from agentic_rl.tools.sandbox.pool import (
+    ALLOW_UNISOLATED_ENV,
+    SANDBOX_DIR,
+    SandboxPool,
+    SandboxUnavailableError,
+)
 
 LIMITS = SandboxLimits(timeout_s=5.0, memory_mb=512, max_output_chars=200)
 
@@ -132,9 +139,22 @@ def test_isolation_is_reported(pool):
         assert len(set(uids)) == pool.size and min(uids) >= LIMITS.uid_base
 
 
+def test_no_isolation_is_refused_with_instructions(monkeypatch):
+    monkeypatch.delenv(ALLOW_UNISOLATED_ENV, raising=False)
+    with pytest.raises(SandboxUnavailableError) as info:
+        SandboxPool(1, SandboxLimits(namespaces=False))
+    message = str(info.value)
+    assert "apt-get install bubblewrap" in message and "allow_unisolated" in message
+    assert "unprivileged_userns_clone" in message
+    # The switch can also come from the environment (envs built from a config).
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "1")
+    with SandboxPool(1, SandboxLimits(namespaces=False)) as weak:
+        assert weak.isolation["mode"] == "none" and weak.run("1 + 1").stdout == "2\n"
+
+
 def test_fallback_without_namespaces_blocks_sockets():
     # Forces what runs where the kernel refuses namespaces: sockets are blocked in Python.
-    with SandboxPool(1, SandboxLimits(namespaces=False)) as weak:
+    with SandboxPool(1, SandboxLimits(namespaces=False, allow_unisolated=True)) as weak:
         assert not weak.isolation["netns"] and weak.isolation["socket_block"]
         server = socket.socket()
         server.bind(("127.0.0.1", 0))
@@ -171,3 +191,28 @@ def test_worker_modules_need_only_the_standard_library():
     # fail there (or bloat every forked child), so check them in a bare interpreter.
     code = f"import sys; sys.path.insert(0, {SANDBOX_DIR!r}); import _worker, _runner, _isolation"
     subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("bwrap", [True, False], ids=["bwrap", "root namespaces"])
+def test_a_private_tmpdir_does_not_break_the_sandbox(tmp_path, monkeypatch, bwrap):
+    # A 0700 TMPDIR (common on shared machines): the sandbox uid could not reach directories
+    # made in it. The code must still have a working directory and tempfile.
+    if not bwrap and os.geteuid() != 0:
+        pytest.skip("root's own namespaces need root")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches the directory
+    assert tempfile.gettempdir() == str(private)
+    with SandboxPool(1, SandboxLimits(bwrap=bwrap)) as pool:
+        code = (
+            "import os, tempfile\n"
+            "open('here.txt', 'w').write('x')\n"
+            "fd, name = tempfile.mkstemp()\n"
+            "os.write(fd, b'y')\n"
+            "print(os.path.dirname(name) == os.getcwd(), open('here.txt').read())"
+        )
+        result = pool.run(code)
+        assert result.ok, result
+        assert result.stdout == "True x\n"
+        assert not list(private.iterdir())  # nothing of the sandbox's is in the private dir

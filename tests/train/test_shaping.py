@@ -7,12 +7,15 @@ from agentic_rl.train import shaping as bf
 from agentic_rl.types import Task, Trajectory
 
 
-def episode(reward, group, text="", **metrics):
+def episode(reward, group, text="", generated=1, observed=0, **metrics):
+    """One sample: a 1-token prompt, `generated` model tokens, then `observed` observation
+    tokens (loss mask 0)."""
     base = {"response_tokens": 10.0, "tool_calls": 0.0, "tool_errors": 0.0, "turns": 1.0}
+    mask = [0] + [1] * generated + [0] * observed
     t = Trajectory(
-        token_ids=[1, 2],
-        loss_mask=[0, 1],
-        logprobs=[0.0, 0.0],
+        token_ids=[1] * len(mask),
+        loss_mask=mask,
+        logprobs=[0.0] * len(mask),
         prompt_length=1,
         reward=reward,
         group_id=group,
@@ -52,14 +55,42 @@ def test_drop_constant_groups_is_dapo_dynamic_sampling():
 
 
 def test_overlong_penalty_is_added_to_every_sample_of_an_episode():
-    eps = Episodes([episode(1.0, "a", response_tokens=n) for n in (10, 90, 120)], [])
-    eps.samples[1].append(episode(1.0, "a", response_tokens=90)[0])  # a second step
+    eps = Episodes([episode(1.0, "a", generated=n) for n in (10, 50, 120)], [])
+    eps.samples[1].append(episode(1.0, "a", generated=40)[0])  # a second step: 50 + 40 = 90
     metrics = bf.overlong_penalty(eps, max_length=100, buffer=20)
     # L_exp = 80: 10 -> 0; 90 -> (80 - 90) / 20 = -0.5; 120 > 100 -> -1
     assert rewards(eps) == [1.0, 0.5, 0.0]
     assert eps.samples[1][1].reward == 0.5
     assert metrics["overlong_penalty"] == pytest.approx(-0.5)
     assert metrics["overlong_penalized"] == pytest.approx(2 / 3)
+    # the reward before shaping stays on every sample, for the group filters
+    assert [s.metrics[bf.OUTCOME] for ep in eps.samples for s in ep] == [1.0] * 4
+
+
+def test_overlong_length_counts_generated_tokens_not_observations():
+    # 70 model tokens + 200 tool-output tokens: within L_exp = 80, no penalty
+    eps = Episodes([episode(1.0, "a", generated=70, observed=200, response_tokens=270.0)], [])
+    bf.overlong_penalty(eps, max_length=100, buffer=20)
+    assert rewards(eps) == [1.0]
+
+
+def test_dynamic_sampling_compares_the_outcome_before_shaping():
+    # group a: both right, the second answer long (penalised); group b: right and wrong
+    eps = Episodes(
+        [episode(1.0, "a", generated=10), episode(1.0, "a", generated=90)]
+        + [episode(1.0, "b", generated=10), episode(0.0, "b", generated=10)],
+        [Task("a", "")] * 2 + [Task("b", "")] * 2,
+    )
+    bf.overlong_penalty(eps, max_length=100, buffer=20)
+    assert rewards(eps) == [1.0, 0.5, 1.0, 0.0]
+    assert bf.filter_values(eps).tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert bf.filter_values(eps, "reward").tolist() == [1.0, 0.5, 1.0, 0.0]
+    kept = bf.drop_constant_groups(eps)  # filters.metric=outcome (the default)
+    assert [s[0].group_id for s in kept.samples] == ["b", "b"]
+    kept = bf.drop_constant_groups(eps, "reward")
+    assert [s[0].group_id for s in kept.samples] == ["a", "a", "b", "b"]
+    with pytest.raises(ValueError, match="unknown filter metric 'acc'"):
+        bf.filter_values(eps, "acc")
 
 
 def test_ttrl_majority_vote_relabels_and_keeps_m_of_n():

@@ -138,11 +138,47 @@ def test_overlong_soft_penalty_reaches_the_rewards():
     )
     episodes, _, metrics = collect(setup, 1)
     assert metrics["overlong_penalized"] > 0 and metrics["overlong_penalty"] < 0
-    lengths = [s[0].metrics["response_tokens"] for s in episodes.samples]
+    # the length is the model's own tokens: the calculator's <result> observations do not count
+    lengths = [s[0].metrics["generated_tokens"] for s in episodes.samples]
+    assert lengths == [sum(s[0].loss_mask) for s in episodes.samples]
+    assert all(
+        s[0].metrics["response_tokens"] > s[0].metrics["generated_tokens"]
+        for s in episodes.samples[::2]
+    )
     penalties = [min(0.0, (20 - n) / 236) for n in lengths]
     assert [s[0].reward for s in episodes.samples][1::2] == pytest.approx(
         [1.0 + p for p in penalties[1::2]]
     )
+    assert [s[0].metrics["outcome_reward"] for s in episodes.samples][1::2] == [1.0, 1.0]
+
+
+LONG = "Let me work this out carefully, one step after the other, and then answer: "
+
+
+@pytest.mark.parametrize("metric", ["outcome", "reward"])
+def test_dynamic_sampling_compares_outcomes_before_the_length_penalty(metric):
+    def plan(call, i, gold):
+        if call == 0:  # group 0 all right, one answer long (penalised); group 1 all wrong
+            return (LONG if i == 1 else "") + right_if(i < 2, gold)
+        return right_if(i % 2 == 0, gold)  # both groups split right / wrong
+
+    setup = setup_with(
+        plan,
+        "filters.dynamic_sampling=true",
+        f"filters.metric={metric}",
+        "filters.overlong_buffer=236",  # L_exp = 20 generated tokens
+    )
+    episodes, generated, metrics = collect(setup, 1)
+    shaped = [s[0].reward for s in generated.samples[:2]]
+    assert shaped[0] == 1.0 and shaped[1] < 1.0  # the long right answer is penalised
+    assert metrics["gen_batches"] == 2 and metrics["kept_groups"] == 2
+    outcomes = [
+        [episodes.samples[i][0].metrics["outcome_reward"] for i in g] for g in episodes.groups()
+    ]
+    if metric == "outcome":  # every kept group has right and wrong answers
+        assert outcomes == [[1.0, 0.0], [1.0, 0.0]]
+    else:  # the shaped reward keeps the all-right group: GRPO would give it +-0.7 advantages
+        assert outcomes[0] == [1.0, 1.0]
 
 
 def test_trr_pp_buckets_come_from_task_fields():

@@ -11,11 +11,13 @@ Group-relative estimators give *exactly* 0 to a group whose rewards are all equa
 ``<= 1e-6 * max(1, |mean|)``) and to singleton groups: otherwise float rounding in the mean
 leaves ~1e-8 residues, which std-normalisation and Adam's per-parameter rescaling turn into
 real updates from a group that carries no learning signal.
+
+The trainer picks an estimator by name (``algo.name``) from the table in
+:mod:`agentic_rl.algos.estimators`, which also says what each one needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -92,14 +94,6 @@ def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     n = stats.counts[stats.inverse]
     adv = (stats.rewards - stats.mean[stats.inverse]) * n / (n - 1).clamp_min(1)
     return _zero_degenerate(adv, stats)
-
-
-# Sequence-level estimators sharing the signature ``(rewards[B], group_ids[B]) -> [B]``.
-SEQUENCE_ADVANTAGES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "grpo": grpo_advantages,
-    "dr_grpo": dr_grpo_advantages,
-    "rloo": rloo_advantages,
-}
 
 
 def outcome_to_token_advantages(adv: Tensor, mask: Tensor) -> Tensor:
@@ -222,18 +216,31 @@ def multi_conversation_advantages(
 
 
 def trr_pp_advantages(
-    rewards: Tensor, task_types: Tensor, roles: Tensor, mask: Tensor, eps: float = 1e-6
+    rewards: Tensor, task_types: Tensor, roles: Tensor, mask: Tensor, eps: float = 1e-8
 ) -> Tensor:
     """Task-Relative REINFORCE++ (Zhao et al. 2025, "Absolute Zero", Eq. 8).
 
-    One baseline per (task type x role) bucket ``k`` (e.g. {deduction, abduction, induction} x
-    {propose, solve}): ``A_b = (R_b - mean_k(R)) / (std_k(R) + eps)``, the paper's per-bucket
-    normalisation, broadcast to every masked token of sequence ``b``. ``std`` is the unbiased
-    sample std, as in :func:`grpo_advantages` (the paper does not specify the estimator).
-    Singleton and constant buckets get exactly 0; ids need not be contiguous.
+    REINFORCE++ (outcome reward, gamma = 1, no KL reward) whitened separately within each
+    (task type x role) bucket ``k`` (e.g. {deduction, abduction, induction} x {propose, solve}):
+    every masked token of sequence ``b`` carries ``R_b`` and
+    ``A_{b,t} = (R_b - mu_k) / sqrt(var_k + eps)``, where ``mu_k`` and ``var_k`` are the mean and
+    the unbiased (N - 1) variance over the N masked TOKENS of the bucket's sequences.
+    This is what the authors' code runs (Absolute-Zero-Reasoner ``azr_ray_trainer.py``: veRL's
+    ``reinforce_plus_plus`` advantage, i.e. ``masked_whiten`` with ``masked_var(unbiased=True)``
+    and ``rsqrt(var + 1e-8)``, once per (task type, role) batch); the paper writes Eq. 8 per
+    sample without naming the std. So a sequence weighs by its token count; with equal lengths
+    L this is the per-sample mean and a std with ``N L - 1`` degrees of freedom.
+    Constant buckets (singletons included) get exactly 0; ids need not be contiguous.
     Shapes: ``rewards`` ``[B]``, ``task_types`` ``[B]`` long, ``roles`` ``[B]`` long, ``mask``
     ``[B, T]`` -> ``[B, T]``.
     """
+    m = as_bool_mask(mask)
+    r = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
+    outcome = outcome_to_token_advantages(r, m)
     pairs = torch.stack([task_types.long(), roles.long()], dim=1)
     _, bucket = torch.unique(pairs, dim=0, return_inverse=True)
-    return outcome_to_token_advantages(grpo_advantages(rewards, bucket, eps=eps), mask)
+    out = torch.zeros_like(outcome)
+    for k in range(int(bucket.max()) + 1 if bucket.numel() else 0):
+        in_bucket = (bucket == k)[:, None] & m
+        out = torch.where(in_bucket, masked_whiten(outcome, in_bucket, eps, unbiased=True), out)
+    return out

@@ -9,13 +9,13 @@ so all terms share one normalisation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from agentic_rl.algos.masked import as_bool_mask, masked_sum
-
-KL_ESTIMATORS = ("k1", "k2", "k3")
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 # exp(20) ~ 4.9e8: large enough to never bind in sane training, small enough that exp() of a
 # corrupted log-ratio stays finite in fp32 instead of producing inf/NaN gradients.
@@ -38,19 +38,33 @@ def kl_penalty(
     Shapes: ``logprobs``, ``ref_logprobs`` ``[B, T]`` -> ``[B, T]``.
     Raises ValueError for an unknown estimator.
     """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"unknown KL estimator {estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}"
+        )
     log_ratio = logprobs - ref_logprobs
     if mask is not None:
         log_ratio = torch.where(as_bool_mask(mask), log_ratio, 0)
-    if estimator == "k1":
-        kl = log_ratio
-    elif estimator == "k2":
-        kl = 0.5 * log_ratio**2
-    elif estimator == "k3":
-        x = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        kl = (torch.exp(-x) - 1 + x).clamp(-_K3_CLAMP, _K3_CLAMP)
-    else:
-        raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+    kl = KL_ESTIMATORS[estimator](log_ratio)
     return kl if mask is None else torch.where(as_bool_mask(mask), kl, 0)
+
+
+def _kl_k1(x: Tensor) -> Tensor:
+    return x
+
+
+def _kl_k2(x: Tensor) -> Tensor:
+    return 0.5 * x**2
+
+
+def _kl_k3(x: Tensor) -> Tensor:
+    x = x.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return (torch.exp(-x) - 1 + x).clamp(-_K3_CLAMP, _K3_CLAMP)
+
+
+# `algo.kl_estimator`: per-token estimate of KL(pi || pi_ref) from x = logp - ref_logp (see
+# kl_penalty for the formulas).
+KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _kl_k1, "k2": _kl_k2, "k3": _kl_k3}
 
 
 def ppo_clip_loss(
@@ -146,22 +160,48 @@ def aggregate_loss(
     Shapes: ``per_token``, ``mask`` ``[B, T]`` -> scalar.
     Raises ValueError on an unknown mode or a missing/non-positive ``max_tokens``.
     """
-    m = as_bool_mask(mask)
+    if mode not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"unknown loss aggregation {mode!r}; expected one of {', '.join(LOSS_AGGREGATIONS)}"
+        )
     n_seq = per_token.shape[0] if num_sequences is None else num_sequences
-    if mode == "token-mean":
-        total = masked_sum(per_token, m)
-        if num_tokens is not None:
-            # A zero count implies a zero sum; dividing by 1 then returns 0 instead of NaN.
-            return total / (num_tokens if num_tokens > 0 else 1.0)
-        return total / m.sum().to(per_token.dtype).clamp_min(1)
-    if mode == "seq-mean-token-mean":
-        seq_len = m.sum(dim=-1).to(per_token.dtype).clamp_min(1)
-        return (masked_sum(per_token, m, dim=-1) / seq_len).sum() / max(n_seq, 1)
-    if mode == "seq-mean-token-sum-norm":
-        if max_tokens is None or max_tokens <= 0:
-            raise ValueError(f"mode {mode!r} needs a positive max_tokens, got {max_tokens}")
-        return masked_sum(per_token, m) / (max_tokens * max(n_seq, 1))
-    raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGGREGATIONS}")
+    return LOSS_AGGREGATIONS[mode](per_token, as_bool_mask(mask), n_seq, num_tokens, max_tokens)
+
+
+def _token_mean(
+    per_token: Tensor, m: Tensor, n_seq: int, num_tokens: float | None, max_tokens: int | None
+) -> Tensor:
+    total = masked_sum(per_token, m)
+    if num_tokens is not None:
+        # A zero count implies a zero sum; dividing by 1 then returns 0 instead of NaN.
+        return total / (num_tokens if num_tokens > 0 else 1.0)
+    return total / m.sum().to(per_token.dtype).clamp_min(1)
+
+
+def _seq_mean_token_mean(
+    per_token: Tensor, m: Tensor, n_seq: int, num_tokens: float | None, max_tokens: int | None
+) -> Tensor:
+    seq_len = m.sum(dim=-1).to(per_token.dtype).clamp_min(1)
+    return (masked_sum(per_token, m, dim=-1) / seq_len).sum() / max(n_seq, 1)
+
+
+def _seq_mean_token_sum_norm(
+    per_token: Tensor, m: Tensor, n_seq: int, num_tokens: float | None, max_tokens: int | None
+) -> Tensor:
+    if max_tokens is None or max_tokens <= 0:
+        raise ValueError(
+            f"mode 'seq-mean-token-sum-norm' needs a positive max_tokens, got {max_tokens}"
+        )
+    return masked_sum(per_token, m) / (max_tokens * max(n_seq, 1))
+
+
+# `algo.loss_agg`: how a per-token loss becomes a scalar (see aggregate_loss for the formulas).
+# Arguments: (per_token [B, T], bool mask [B, T], num_sequences, num_tokens, max_tokens).
+LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, int, float | None, int | None], Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
 
 
 def gspo_loss(
@@ -199,6 +239,26 @@ def gspo_loss(
     clipped = loss_clipped > loss_unclipped
     loss = torch.where(clipped, loss_clipped, loss_unclipped)
     return torch.where(has_token, loss, 0), clipped & has_token
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A policy loss chosen by `algo.policy_loss`."""
+
+    fn: Callable[..., tuple[Tensor, Tensor]]
+    """The per-token (or per-sequence) clipped surrogate; returns ``(loss, clipped)``."""
+    sequence_level: bool
+    """One ratio and one advantage per sequence: ``fn`` returns a loss per sequence ``[B]``,
+    which the trainer averages over the sequences (so ``algo.loss_agg`` must be
+    seq-mean-token-mean), and the advantage estimator must give one advantage per sequence;
+    tokens cannot be clipped, dual-clipped or importance-corrected one by one."""
+
+
+# `algo.policy_loss`.
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    "ppo": PolicyLoss(ppo_clip_loss, sequence_level=False),
+    "gspo": PolicyLoss(gspo_loss, sequence_level=True),
+}
 
 
 def overlong_soft_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:

@@ -56,18 +56,19 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = False) -> Tensor:
     return masked_sum((x - mean) ** 2, m) / denom.clamp_min(1)
 
 
-def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
-    """Whiten ``x`` with the mean and (population) variance of its masked entries.
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, unbiased: bool = False) -> Tensor:
+    """Whiten ``x`` with the mean and variance of its masked entries.
 
     ``(x - mu) / sqrt(var + eps)`` on masked positions, 0 elsewhere; as in PPO-for-LLM
-    implementations (TRL ``masked_whiten``, OpenRLHF REINFORCE++).
+    implementations (TRL ``masked_whiten``, OpenRLHF REINFORCE++). ``var`` is the population
+    variance, or with ``unbiased`` the (N - 1) one over the N masked entries (veRL's default).
     If the masked values are constant (spread ``<= 1e-6 * max(1, |mu|)``) the result is exactly
     0: ``x - mu`` is then pure rounding noise, which ``1/sqrt(eps)`` would blow up to O(1).
     Shapes: ``x`` ``[B, T]``, ``mask`` ``[B, T]`` -> ``[B, T]``.
     """
     m = torch.broadcast_to(as_bool_mask(mask), x.shape)
     mean = masked_mean(x, m)
-    var = masked_var(x, m, unbiased=False)
+    var = masked_var(x, m, unbiased=unbiased)
     whitened = (x - mean) * torch.rsqrt(var + eps)
     xd = x.detach()
     hi = torch.where(m, xd, -torch.inf).amax() if x.numel() else xd.new_zeros(())

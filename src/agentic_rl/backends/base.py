@@ -29,8 +29,10 @@ class Generator(Protocol):
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
     ) -> list[Completion]:
-        """One continuation per prompt: sampled ids, their logprobs under the policy
-        (temperature 1) and why it stopped ("stop" at a stop string, "eos", "length")."""
+        """One continuation per prompt: sampled ids, their behaviour logprobs (under the
+        distribution each token was drawn from: the policy's logits / temperature, renormalised
+        over the top-p nucleus; temperature 1 for greedy requests) and why it stopped ("stop" at
+        a stop string, "eos", "length")."""
         ...
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:

@@ -21,12 +21,18 @@ from agentic_rl.model.prefix_sharing import cache_keyword
 from agentic_rl.types import Completion, SamplingParams
 
 
-def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def _top_p_filter(
+    logits: torch.Tensor, top_p: torch.Tensor, needed: bool | None = None
+) -> torch.Tensor:
     """Mask tokens outside the smallest set whose probability reaches top_p (per row).
 
-    logits [N, V], top_p [N] -> logits with -inf outside the nucleus. With every top_p >= 1
-    nothing is masked and the vocabulary sort (~17 ms a step for 16 x 49k) is skipped."""
-    if bool((top_p >= 1).all()):
+    logits [N, V], top_p [N] (on the logits' device) -> logits with -inf outside the nucleus.
+    With every top_p >= 1 nothing is masked and the vocabulary sort (~17 ms a step for 16 x 49k)
+    is skipped; `needed` says so from the caller's Python floats (no device sync), else it is
+    read from `top_p`."""
+    if needed is None:
+        needed = not bool((top_p >= 1).all())
+    if not needed:
         return logits
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
     probs = torch.softmax(sorted_logits, dim=-1)
@@ -40,8 +46,47 @@ SAMPLING_BLOCK = 256
 """Vocabulary entries per block of the two-level inverse CDF in `_sample`."""
 
 
+def sample_step(
+    logits: torch.Tensor,
+    temperatures: Sequence[float],
+    top_ps: Sequence[float],
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step: logits [N, V] of the live rows and each row's temperature and top-p
+    -> (sampled token ids [N], their behaviour logprobs [N]), both on the logits' device.
+
+    The behaviour logprob is of the distribution the token was drawn from, softmax(logits / T)
+    over the top-p nucleus (HFGenerator's docstring); a greedy row (T <= 0) takes the argmax and
+    reports its temperature-1 logprob. Every tensor made here follows `logits.device` (a CUDA
+    generator's logits meet no CPU tensor); which branch runs is decided on the Python floats,
+    so no value is read back from the device. `gen` (a CPU generator) draws the uniforms on the
+    CPU, so a seed samples the same numbers on any device (`_sample`)."""
+    device = logits.device
+    logprob_all = torch.log_softmax(logits, dim=-1)
+    if all(t == 1 for t in temperatures) and all(p >= 1 for p in top_ps):
+        sampled_lp = logprob_all  # temperature 1, no nucleus: the policy itself
+        probs = logprob_all.exp()
+    else:
+        t = torch.tensor(temperatures, dtype=torch.float32, device=device).unsqueeze(-1)
+        top_p = torch.tensor(top_ps, dtype=torch.float32, device=device)
+        nucleus = any(p < 1 for p in top_ps)
+        scaled = _top_p_filter(logits / t.clamp(min=1e-5), top_p, needed=nucleus)
+        probs = torch.softmax(scaled, dim=-1)
+        sampled_lp = torch.log_softmax(scaled, dim=-1)
+    choice = _sample(probs, gen)
+    # The behaviour logprob: of the distribution the token was drawn from (class doc).
+    chosen_lp = sampled_lp.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+    if any(t <= 0 for t in temperatures):
+        greedy = torch.tensor([t <= 0 for t in temperatures], device=device)
+        choice = torch.where(greedy, logits.argmax(-1), choice)
+        at_one = logprob_all.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+        chosen_lp = torch.where(greedy, at_one, chosen_lp)
+    return choice, chosen_lp
+
+
 def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """One token per row by inverse-CDF sampling: probs [N, V] -> token ids [N].
+    """One token per row by inverse-CDF sampling: probs [N, V] -> token ids [N] (on the
+    probabilities' device; the uniform draw is made by `gen` on the CPU and moved there).
 
     One uniform number per row, where torch.multinomial draws one per vocabulary entry (11 ms a
     step for 16 x 49k on the 2-core CPU, measured). The CDF is two-level, in float64 (rounding
@@ -54,10 +99,11 @@ def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     blocks = nn.functional.pad(probs, (0, pad)).view(rows, -1, SAMPLING_BLOCK)
     mass = blocks.sum(-1).double()  # [N, V / block]; zero exactly when the block is all zeros
     cdf = mass.cumsum(-1)
-    u = torch.rand(rows, 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
+    u = torch.rand(rows, 1, generator=gen, dtype=torch.float64).to(probs.device) * cdf[:, -1:]
     block = torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)  # [N, 1]
     before = cdf.gather(-1, block) - mass.gather(-1, block)  # mass of the earlier blocks
-    inner = blocks[torch.arange(rows), block.squeeze(-1)].double().cumsum(-1)  # [N, block]
+    inner = blocks[torch.arange(rows, device=probs.device), block.squeeze(-1)]
+    inner = inner.double().cumsum(-1)  # [N, block]
     # Within [0, the block's own float64 total): the float32 block sums cannot push the draw
     # past the block's last nonzero entry onto a zero-probability token.
     below = torch.nextafter(inner[:, -1:], torch.zeros_like(inner[:, -1:]))
@@ -76,9 +122,15 @@ class HFGenerator:
     """`Generator` over a transformers causal LM living in this process.
 
     The model object is shared with the learner on CPU, so `update_weights` has nothing to copy
-    (it accepts a state dict for generators that own a separate copy). `logprobs` are under the
-    policy's own distribution (temperature 1), the quantity the learner recomputes; temperature
-    and top-p only shape which tokens are sampled.
+    (it accepts a state dict for generators that own a separate copy). `logprobs` are the
+    behaviour logprobs: under the distribution each token was drawn from, softmax(logits / T)
+    renormalised over the top-p nucleus (vLLM's "processed_logprobs"). The learner computes its
+    logprobs at the same temperature (model/load.py `token_logprobs`), so with top_p = 1 the two
+    are one distribution and differ only by numerics (precision, engine). With top_p < 1 the
+    learner's pi (the whole vocabulary) puts mass Z < 1 on the nucleus, so every sampled token
+    has pi / pi_behav = Z <= 1: the samples are off-policy for pi, which the rollout correction
+    (algo.rollout_correction, on by default then) weighs; tokens outside the nucleus are never
+    drawn, a bias no weight removes. Greedy requests (temperature 0) report temperature 1.
     """
 
     def __init__(
@@ -168,8 +220,8 @@ class HFGenerator:
         attn, logits = attn[expand], logits[expand]
         next_pos = positions[expand]
 
-        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+        temps = [p.temperature for p in params]
+        top_ps = [p.top_p for p in params]
         budgets = [p.max_new_tokens for p in params]
         stops = [list(p.stop) for p in params]
         tail_chars = [max((len(s) for s in st), default=0) for st in stops]
@@ -180,24 +232,15 @@ class HFGenerator:
         alive = list(range(n))  # row r of the live batch is sequence alive[r]
         saved: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         while alive:
-            rows = torch.tensor(alive)
-            logprob_all = torch.log_softmax(logits, dim=-1)
-            t = temps[rows].unsqueeze(-1)
-            greedy = t.squeeze(-1) <= 0
-            if bool((t == 1).all()) and bool((top_ps[rows] >= 1).all()):
-                probs = logprob_all.exp()  # temperature 1, no nucleus: the policy itself
-            else:
-                scaled = _top_p_filter(logits / t.clamp(min=1e-5), top_ps[rows])
-                probs = torch.softmax(scaled, dim=-1)
-            choice = _sample(probs, gen)
-            if bool(greedy.any()):
-                choice = torch.where(greedy, logits.argmax(-1), choice)
-            chosen_lp = logprob_all.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+            choice, chosen_lp = sample_step(
+                logits, [temps[s] for s in alive], [top_ps[s] for s in alive], gen
+            )
+            chosen_ids, chosen_lps = choice.tolist(), chosen_lp.tolist()  # one device sync
             keep: list[int] = []
             for r, seq in enumerate(alive):
-                tok = int(choice[r])
+                tok = chosen_ids[r]
                 tokens[seq].append(tok)
-                logps[seq].append(float(chosen_lp[r]))
+                logps[seq].append(chosen_lps[r])
                 if tok in self.eos_token_ids:
                     reasons[seq] = "eos"
                 elif self._hit_stop(tokens[seq], stops[seq], tail_chars[seq]):

@@ -4,9 +4,10 @@ Selected by `rollout.backend=vllm` (extra `agentic-rl[vllm]`, a CUDA GPU); this 
 imported only then. What it guarantees, as the HF generator does:
 
 - token ids in, token ids and behaviour logprobs out: prompts go in as `TokensPrompt`s, the
-  sampled ids come back untouched, each with its logprob under the policy at temperature 1
-  (vLLM's default `raw_logprobs` mode: before temperature / top-p), the quantity the learner
-  recomputes;
+  sampled ids come back untouched, each with its behaviour logprob: under the distribution it
+  was drawn from, after temperature and top-p (the engine's `logprobs_mode="processed_logprobs"`;
+  the default `raw_logprobs` would be at temperature 1), which the learner compares with its
+  own logprobs at the sampling temperature (backends/hf.py says what top-p < 1 means);
 - stop at action tags: the chat format's stop strings end a turn, the tag stays in the output;
 - per-request sampling settings (one vLLM `SamplingParams` per prompt) and a distinct seed per
   request, so the G samples of a group differ while a run stays reproducible;
@@ -144,6 +145,8 @@ def engine_kwargs(cfg: Config, model_path: str) -> dict[str, Any]:
         "gpu_memory_utilization": cfg.vllm.gpu_memory_utilization,
         "enable_prefix_caching": True,
         "enforce_eager": cfg.vllm.enforce_eager,
+        # Behaviour logprobs of the distribution sampled from (temperature, top-p applied).
+        "logprobs_mode": "processed_logprobs",
     }
     if cfg.vllm.max_model_len:
         kwargs["max_model_len"] = cfg.vllm.max_model_len

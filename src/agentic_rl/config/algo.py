@@ -6,19 +6,30 @@ step-level advantage (`gigpo`) and the batch filters between rollout and advanta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentic_rl.config.schema import Config
 
 
 @dataclass
 class AlgoConfig:
     name: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, ppo (GAE
-    with a value head), gigpo (step-wise; see the `gigpo` section), trr_pp (Absolute Zero's
-    REINFORCE++ with one baseline per task type x role)."""
+    """Advantage estimator: a key of ADVANTAGE_ESTIMATORS in algos/estimators.py, whose entry
+    says what it needs (groups, a value head, step-wise rollouts, task buckets). E.g. grpo,
+    dr_grpo, rloo, ppo (GAE with a value head), gigpo (step-wise; see the `gigpo` section),
+    trr_pp (Absolute Zero's REINFORCE++ with one baseline per task type x role)."""
     policy_loss: str = "ppo"
-    """"ppo": token-level clipped ratio (clip_low/clip_high, dual_clip). "gspo": GSPO's
-    sequence-level ratio exp(mean_t log pi/pi_old) with its own clip range (gspo_clip_*)."""
-    loss_agg: str = "seq-mean-token-mean"
-    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    """A key of POLICY_LOSSES in algos/losses.py. "ppo": token-level clipped ratio
+    (clip_low/clip_high, dual_clip). "gspo": GSPO's sequence-level ratio exp(mean_t log
+    pi/pi_old) with its own clip range (gspo_clip_*)."""
+    loss_agg: str = ""
+    """Loss aggregation (LOSS_AGGREGATIONS in algos/losses.py): token-mean (DAPO: every token of
+    the batch weighs the same), seq-mean-token-mean (GRPO: mean over each sequence's tokens,
+    then over sequences), seq-mean-token-sum-norm (Dr. GRPO: sum over tokens / (a constant,
+    rollout.max_total_tokens, x sequences)). "" (the default) = the estimator's own, filled in
+    at load: seq-mean-token-sum-norm for dr_grpo, seq-mean-token-mean for the others
+    (Estimator.loss_agg in algos/estimators.py)."""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (1 - clip_low)."""
     clip_high: float = 0.2
@@ -41,9 +52,52 @@ class AlgoConfig:
     """Value loss weight (ppo only)."""
     value_clip: float = 0.2
     """Value clipping range (ppo only)."""
+    critic: str = "shared"
+    """The PPO critic (ppo only; model/critic.py). "shared": a value head on the policy's own
+    last hidden states: no extra model, but the value loss also trains the policy's trunk.
+    "separate": the critic's own copy of the backbone plus a value head, as Search-R1 and veRL
+    run PPO: the value loss never reaches the policy, the critic has its own parameter group
+    (algo.critic_lr) and its own gradient clipping (optim.max_grad_norm), and is checkpointed
+    as `critic`; it costs a second copy of the weights and of the learner's passes. Either way
+    the value of token t is read from the state that predicts t. Not with model.lora_rank > 0."""
+    critic_lr: float = 0.0
+    """Learning rate of the critic's parameter group (value head, and with critic=separate its
+    backbone); 0 = optim.lr. Search-R1 uses 10x the actor's (1e-5 vs 1e-6)."""
     epochs: int = 1
-    """Optimisation passes over each batch; >1 makes the update off-policy (old logprobs are
-    recomputed once before the first pass)."""
+    """Optimisation passes over each rollout batch (each pass: algo.ppo_mini_batches optimizer
+    steps); >1 makes the later passes off-policy, so the clip acts."""
+    ppo_mini_batches: int = 1
+    """PPO mini-batches per rollout batch: the batch's rows are split, in order, into this many
+    mini-batches, each one optimizer step (its loss normalised over its own rows), so every
+    mini-batch after the first is off-policy and the clip acts (veRL's ppo_mini_batch_size,
+    OpenRLHF's train_batch_size, as a ratio). A count, not a size: the number of rows varies
+    from step to step (step mode, filters) and a recipe's ratio survives scaling the batch down
+    to CPU size (DAPO: 512 prompts / 32 per mini-batch = 16). Capped by the number of rows.
+    Distinct from optim.micro_batch_size, which only accumulates gradients within a step.
+    1 mini-batch and 1 epoch: one on-policy step, ratio exactly 1, no clipping."""
+    recompute_old_logprobs: bool = True
+    """pi_old, the PPO ratio's denominator: true = the learner recomputes the logprobs of the
+    whole batch once, before the first mini-batch (veRL and OpenRLHF do: the ratio then
+    measures only this update's own movement, and the generator's behaviour logprobs enter
+    through algo.rollout_correction); with one mini-batch and one epoch the first forward pass
+    is that recomputation, at no cost. false = pi_old is the generator's behaviour logprobs
+    (veRL's "bypass mode"): no extra forward, but the clip then also acts on the rollout/training
+    mismatch and no rollout correction can be applied."""
+    rollout_correction: str = "auto"
+    """Correction of the rollout/training mismatch (behaviour logprobs from the generator vs
+    pi_old from the learner), a weight on each token's policy-gradient loss:
+    "tis": truncated IS, min(pi_old / pi_behav, C) (Yao et al. 2025);
+    "mis_token": drop tokens whose ratio is outside [1/C, C] (IcePop, Ring-1T 2025);
+    "mis_seq_geo": drop sequences whose geometric-mean ratio is outside [1/C, C];
+    "none". "auto": "tis" (policy_loss=gspo: "mis_seq_geo") when the generator's distribution
+    differs from the learner's: rollout.backend=vllm, rollout.mixed_precision !=
+    learner.mixed_precision, or rollout.top_p < 1 (behaviour logprobs are of the truncated
+    distribution, see backends/hf.py); "none" otherwise. Asynchronous rollouts
+    (rollout.max_staleness > 0) always use "tis" with C = algo.stale_is_cap (decoupled PPO)."""
+    rollout_correction_cap: float = 0.0
+    """C of algo.rollout_correction; 0 = the mode's default: 2.0 for tis (Yao et al.'s C, veRL's
+    rollout_is_threshold) and mis_token (veRL's token band [0.5, 2]); 1.01 for mis_seq_geo
+    (geometric means stay close to 1: runs use bands like [0.99, 1.01])."""
     gspo_clip_low: float = 3e-4
     """GSPO: sequence-ratio clip below 1 (Zheng et al. 2025 use 3e-4)."""
     gspo_clip_high: float = 4e-4
@@ -51,10 +105,36 @@ class AlgoConfig:
     trr_type_field: str = "task_type"
     """TRR++: the Task.fields key holding the task type (e.g. "template" for calculator)."""
     trr_role_field: str = "role"
+    """TRR++: the Task.fields key holding the role (propose / solve); "" = a single role."""
     stale_is_cap: float = 5.0
     """rollout.max_staleness > 0: each token's behaviour importance weight pi_prox / pi_behav
     (decoupled PPO) is truncated at this value, so very stale tokens cannot dominate."""
-    """TRR++: the Task.fields key holding the role (propose / solve); "" = a single role."""
+
+
+ROLLOUT_CORRECTIONS = ("auto", "none", "tis", "mis_token", "mis_seq_geo")
+CORRECTION_CAPS = {"tis": 2.0, "mis_token": 2.0, "mis_seq_geo": 1.01}
+
+
+def rollout_correction(cfg: Config) -> tuple[str, float]:
+    """The rollout correction a run applies and its cap C: `algo.rollout_correction` with
+    "auto" resolved (see its docstring) and `algo.rollout_correction_cap` 0 made the mode's
+    default. ("none", 0.0) when nothing corrects."""
+    algo, rollout = cfg.algo, cfg.rollout
+    if rollout.max_staleness > 0:  # decoupled PPO: the truncated weight of the stale tokens
+        return "tis", algo.stale_is_cap
+    mode = algo.rollout_correction
+    if mode == "auto":
+        differs = (
+            rollout.backend == "vllm"
+            or rollout.mixed_precision != cfg.learner.mixed_precision
+            or rollout.top_p < 1
+        )
+        if not differs or not algo.recompute_old_logprobs or rollout.train_on_observations:
+            return "none", 0.0
+        mode = "mis_seq_geo" if algo.policy_loss == "gspo" else "tis"
+    if mode == "none":
+        return "none", 0.0
+    return mode, algo.rollout_correction_cap or CORRECTION_CAPS[mode]
 
 
 @dataclass
@@ -72,13 +152,24 @@ class GigpoConfig:
     identical anchors only (verl-agent's similarity variant uses 0.95)."""
 
 
+FILTER_METRICS = ("outcome", "reward")
+"""The values filters.metric may name (train/shaping.py filter_values)."""
+
+
 @dataclass
 class FilterConfig:
     """Batch filters between rollout and advantages (DAPO, RoC, StarPO-S, TTRL)."""
 
     dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal and generate more until the batch holds
-    rollout.tasks_per_step groups."""
+    """DAPO: drop groups whose filters.metric values are all equal and generate more until the
+    batch holds rollout.tasks_per_step groups."""
+    metric: str = "outcome"
+    """What dynamic sampling (and RoC's equal-reward drop and class split) compares within a
+    group. "outcome": each episode's reward before reward shaping (the env's, or TTRL's vote
+    reward; without the DAPO overlong penalty), as DAPO filters on accuracy: an all-correct
+    group whose answers differ only in length penalty is dropped, since GRPO's std division
+    would turn those small length differences into +-1 advantages. "reward": the shaped reward
+    the advantages are computed from."""
     max_gen_batches: int = 10
     """Dynamic sampling: rollout batches per step before giving up with an error."""
     overlong_filter: bool = False

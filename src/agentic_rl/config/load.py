@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.config.parse import (
     ConfigError,
     build_dataclass,
@@ -92,6 +93,9 @@ def _build(data: dict[str, Any], smoke: bool) -> Config:
     cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
+    estimator = ADVANTAGE_ESTIMATORS.get(cfg.algo.name)  # an unknown name fails in validate
+    if not cfg.algo.loss_agg and estimator is not None:  # "" = the estimator's own
+        cfg.algo.loss_agg = estimator.loss_agg
     validate(cfg)
     return cfg
 

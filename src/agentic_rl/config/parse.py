@@ -115,7 +115,7 @@ def recipe_dirs() -> list[Path]:
     if os.environ.get("AGENTIC_RL_RECIPES"):
         dirs.append(Path(os.environ["AGENTIC_RL_RECIPES"]))
     dirs.append(Path.cwd() / "recipes")
-    dirs.append(Path(__file__).resolve().parents[2] / "recipes")
+    dirs.append(Path(__file__).resolve().parents[3] / "recipes")  # src/agentic_rl/config/
     return dirs
 
 

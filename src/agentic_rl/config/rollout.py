@@ -64,9 +64,12 @@ class EnvConfig:
     LLM-simulated search engine), "web_qa" (two-hop, web search + browsing), "calculator",
     "math_tool" (python sandbox), "math_text" (no tools), "math_multitool" (python +
     calculator, ARTIST's reward), "code_repair", "code_self_play" (Absolute Zero's propose /
-    solve code tasks) or "gridworld" (multi-step, GiGPO)."""
+    solve code tasks), "gridworld" (multi-step, GiGPO), or any env added to the registry
+    (envs/registry.py: `register_env`, or an installed package's `agentic_rl.envs` entry
+    point)."""
     num_train_tasks: int = 2000
-    """Training tasks generated from `seed` (sampled with replacement per step)."""
+    """Training tasks generated from `seed` (sampled with replacement per step); with
+    env.train_file, the most rows read from it."""
     num_eval_tasks: int = 100
     """Held-out tasks (disjoint from training) evaluated greedily before and after training."""
     seed: int = 0
@@ -80,6 +83,28 @@ class EnvConfig:
     options: dict[str, Any] = field(default_factory=dict)
     """Env-specific settings: each key goes to the env constructor and/or the task generator
     parameter of that name (e.g. {reward: f1, num_entities: 400}); unknown keys fail at load."""
+    train_file: str = ""
+    """Your own training tasks instead of the generated ones: a .jsonl, .json (a list of rows)
+    or .parquet file in Search-R1 / veRL layout (`question` or a veRL `prompt`, and
+    `golden_answers` or `reward_model.ground_truth`; envs/task_files.py). The first
+    env.num_train_tasks rows are used. Needs env.eval_file. "" = generated tasks."""
+    eval_file: str = ""
+    """Your own held-out tasks (same formats as env.train_file; the first env.num_eval_tasks
+    rows), evaluated instead of the generated ones. "" = generated tasks."""
+    reward_fn: str = ""
+    """Your own TRL-shaped reward function, "package.module:function" (importable) or
+    "path/to/file.py:function": `fn(completions, **task_fields) -> list[float]`, checked at
+    load and called once per batch of finished
+    episodes with `completions` (each episode's text after the prompt: model turns and
+    observations), `prompts`, `answers` (gold answers per task), `task_id` and every key of the
+    tasks' `fields` (a list each, None where a task lacks the key); rewards/custom.py.
+    Episode mode only (not step mode, context_budget, self-play or TTRL). Metrics such as
+    `success` still come from the env. "" = the env's reward only."""
+    reward_mode: str = "replace"
+    """How env.reward_fn combines with the env's reward: "replace" (the episode's reward is
+    the function's value; the env's step rewards still land on their turns, the rest of the
+    episode reward on the last one) or "add" (the function's value is added to the env's
+    reward)."""
 
 
 @dataclass

@@ -82,6 +82,13 @@ class TrainerConfig:
     """RL steps (one rollout batch and one update each)."""
     seed: int = 0
     """Seed of sampling and task order; same seed and config give the same numbers on CPU."""
+    device: str = "auto"
+    """Where the learner runs: the policy, the reference, the critic, the optimizer state and
+    each micro-batch's forward and backward, and the HF generator, which samples with the
+    policy itself. "auto": the GPU when torch sees one (under fsdp2: this process's,
+    cuda:LOCAL_RANK), else the CPU; "cpu"; "cuda" or "cuda:N" (a load-time error without
+    CUDA). With rollout.backend=vllm the engine shares that GPU (vllm.sleep_level frees its
+    memory during updates)."""
     eval_every: int = 0
     """Evaluate on the held-out tasks every k steps (0: only before and after training)."""
     eval_before: bool = True
@@ -105,3 +112,13 @@ class TrainerConfig:
     export_model: bool = False
     """At the end, also write the policy as a Hugging Face model dir (RUN_DIR/model),
     loadable with model.name=DIR; multi-stage recipes set it to chain their stages."""
+    log_trajectories: int = 64
+    """Episodes per step (and per evaluation) written token by token to
+    RUN_DIR/trajectories.jsonl.gz for `agentic-rl report`: whole groups picked at random (seeded),
+    all of them when a step has no more than this; -1: all, 0: none."""
+    wandb: bool = False
+    """Also log the metrics to Weights & Biases (`pip install agentic-rl[wandb]`), under the
+    same names as TensorBoard, in offline mode (RUN_DIR/wandb; `wandb sync` uploads it) unless
+    the WANDB_MODE environment variable says otherwise."""
+    wandb_project: str = "agentic-rl"
+    """The Weights & Biases project (trainer.wandb=true)."""

@@ -10,62 +10,36 @@ in checks.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, Estimator
+from agentic_rl.algos.gigpo import GIGPO_NORMS
+from agentic_rl.algos.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from agentic_rl.config.algo import FILTER_METRICS
 from agentic_rl.config.checks import _check_choice, _check_positive, _default, _get, _unused
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_scale import validate_distributed
+from agentic_rl.config.validate_update import validate_update
 from agentic_rl.formats.registry import CHAT_FORMATS
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
-ADVANTAGE_ESTIMATORS = (
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "reinforce_pp",
-    "reinforce_pp_baseline",
-    "ppo",
-    "gigpo",
-    "trr_pp",
-)
-# Estimators that give one advantage per sequence (GSPO needs one) / per episode (step mode).
-SEQUENCE_LEVEL = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "trr_pp")
-STEP_MODE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gigpo")
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo")
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-POLICY_LOSSES = ("ppo", "gspo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-ENV_NAMES = (
-    "search_qa",
-    "multihop_qa",
-    "zerosearch_qa",
-    "web_qa",
-    "calculator",
-    "math_tool",
-    "math_text",
-    "math_multitool",
-    "code_repair",
-    "code_self_play",
-    "gridworld",
-)
-# Envs whose observations carry an anchor state (Observation.anchor), which GiGPO groups on.
-ANCHORED_ENVS = ("gridworld",)
 ROLLOUT_MODES = ("episode", "step")
 ROLLOUT_SCHEMES = ("sample", "self_play")
-GIGPO_NORMS = ("mean_std_norm", "mean_norm")
 DTYPES = ("float32", "bfloat16")
 
 
 def validate(cfg: Config) -> None:
     """Reject values that are invalid or would silently do nothing."""
-    _check_choice("algo.name", cfg.algo.name, ADVANTAGE_ESTIMATORS)
-    _check_choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGGREGATIONS)
-    _check_choice("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES)
-    _check_choice("algo.kl_estimator", cfg.algo.kl_estimator, KL_ESTIMATORS)
-    _check_choice("env.name", cfg.env.name, ENV_NAMES)
+    _check_choice("algo.name", cfg.algo.name, tuple(ADVANTAGE_ESTIMATORS))
+    _check_choice("algo.loss_agg", cfg.algo.loss_agg, tuple(LOSS_AGGREGATIONS))
+    _check_choice("algo.policy_loss", cfg.algo.policy_loss, tuple(POLICY_LOSSES))
+    _check_choice("algo.kl_estimator", cfg.algo.kl_estimator, tuple(KL_ESTIMATORS))
+    _check_choice("env.name", cfg.env.name, _env_names())
     _check_choice("rollout.chat_format", cfg.rollout.chat_format, tuple(CHAT_FORMATS))
     _check_choice("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES)
     _check_choice("gigpo.norm", cfg.gigpo.norm, GIGPO_NORMS)
@@ -135,8 +109,19 @@ def validate(cfg: Config) -> None:
     _validate_filters(cfg)
     _validate_thinking(cfg)
     _validate_self_play(cfg)
+    validate_update(cfg)
     validate_engines(cfg)
     validate_distributed(cfg)
+
+
+def _estimator(cfg: Config) -> Estimator:
+    """The table entry of algo.name (checked first in `validate`)."""
+    return ADVANTAGE_ESTIMATORS[cfg.algo.name]
+
+
+def _names(has: Callable[[Estimator], bool]) -> str:
+    """The estimators with a property, for messages: "grpo, dr_grpo, rloo"."""
+    return ", ".join(name for name, e in ADVANTAGE_ESTIMATORS.items() if has(e))
 
 
 def _validate_ppo_terms(cfg: Config) -> None:
@@ -149,35 +134,67 @@ def _validate_ppo_terms(cfg: Config) -> None:
         raise ConfigError("algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
     if algo.kl_in_reward and algo.kl_coef == 0:
         raise ConfigError("algo.kl_in_reward=true does nothing with algo.kl_coef=0")
-    if algo.kl_in_reward and algo.name not in ("reinforce_pp", "ppo"):
+    estimator = _estimator(cfg)
+    if algo.kl_in_reward and not estimator.kl_reward:
         raise ConfigError(
-            f"algo.kl_in_reward needs a token-level estimator (reinforce_pp or ppo), "
-            f"not algo.name={algo.name}; use the KL loss term instead"
+            f"algo.kl_in_reward needs a token-level estimator that takes the KL as a per-token "
+            f"reward ({_names(lambda e: e.kl_reward)}), not algo.name={algo.name}; use the KL "
+            "loss term instead"
         )
-    if algo.name in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
+    if estimator.needs_groups and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"algo.name={algo.name} compares samples of a group: rollout.group_size must be >= 2"
         )
-    if algo.name != "trr_pp":
-        _unused(cfg, ["algo.trr_type_field", "algo.trr_role_field"], "algo.name is not trr_pp")
+    _validate_critic(cfg)
+    if not estimator.task_buckets:
+        _unused(
+            cfg,
+            ["algo.trr_type_field", "algo.trr_role_field"],
+            f"algo.name={algo.name} has no task-type x role buckets (trr_pp has)",
+        )
     elif not algo.trr_type_field:
-        raise ConfigError("algo.trr_type_field must name a Task.fields key for algo.name=trr_pp")
+        raise ConfigError(
+            f"algo.trr_type_field must name a Task.fields key for algo.name={algo.name}"
+        )
+
+
+def _validate_critic(cfg: Config) -> None:
+    """algo.critic / algo.critic_lr (model/critic.py): ppo only; a separate critic copies the
+    full backbone, which a LoRA policy's adapters-only checkpoints and syncs do not cover."""
+    algo = cfg.algo
+    _check_choice("algo.critic", algo.critic, ("shared", "separate"))
+    has_critic = _estimator(cfg).needs_value_head
+    if not has_critic:
+        _unused(cfg, ["algo.critic", "algo.critic_lr"], f"algo.name={algo.name} has no critic")
+    if algo.critic_lr < 0:
+        raise ConfigError(f"algo.critic_lr must be >= 0 (0 = optim.lr), got {algo.critic_lr}")
+    if has_critic and algo.critic == "separate" and cfg.model.lora_rank > 0:
+        raise ConfigError(
+            "algo.critic=separate with model.lora_rank > 0 is not supported: the critic would be "
+            "a second full-size trainable copy of the model, checkpointed whole; use "
+            "algo.critic=shared (a value head on the LoRA policy's states) or model.lora_rank=0"
+        )
 
 
 def _validate_policy_loss(cfg: Config) -> None:
     algo = cfg.algo
-    if algo.policy_loss == "ppo":
-        _unused(cfg, ["algo.gspo_clip_low", "algo.gspo_clip_high"], "algo.policy_loss is ppo")
+    if not POLICY_LOSSES[algo.policy_loss].sequence_level:
+        _unused(
+            cfg,
+            ["algo.gspo_clip_low", "algo.gspo_clip_high"],
+            f"algo.policy_loss is {algo.policy_loss}",
+        )
         return
     if algo.loss_agg != "seq-mean-token-mean":
         raise ConfigError(
-            "algo.policy_loss=gspo has one ratio per sequence, so the loss is a mean over "
-            f"sequences: algo.loss_agg must be seq-mean-token-mean, not {algo.loss_agg}"
+            f"algo.policy_loss={algo.policy_loss} has one ratio per sequence, so the loss is a "
+            f"mean over sequences: algo.loss_agg must be seq-mean-token-mean, not {algo.loss_agg}"
         )
-    if algo.name not in SEQUENCE_LEVEL:
+    if not _estimator(cfg).sequence_level:
         raise ConfigError(
-            f"algo.policy_loss=gspo needs one advantage per sequence; algo.name={algo.name} "
-            f"gives token-level advantages (use one of {', '.join(SEQUENCE_LEVEL)})"
+            f"algo.policy_loss={algo.policy_loss} needs one advantage per sequence; "
+            f"algo.name={algo.name} gives token-level advantages (use one of "
+            f"{_names(lambda e: e.sequence_level)})"
         )
     if algo.dual_clip:
         raise ConfigError("algo.dual_clip applies to the token-level ppo loss, not gspo")
@@ -198,34 +215,42 @@ def _validate_step_mode(cfg: Config) -> None:
         raise ConfigError(
             f"gigpo.similarity_threshold must be in (0, 1], got {gigpo.similarity_threshold}"
         )
-    if algo.name == "gigpo":
+    estimator = _estimator(cfg)
+    if estimator.step_wise:
         if rollout.mode != "step":
             raise ConfigError(
-                "algo.name=gigpo trains each env step as its own sample: set rollout.mode=step"
+                f"algo.name={algo.name} trains each env step as its own sample: set "
+                "rollout.mode=step"
             )
-        if cfg.env.name not in ANCHORED_ENVS:
+        from agentic_rl.envs.registry import anchored_env_names, has_anchor_states
+
+        if not has_anchor_states(cfg.env.name):  # the env class declares anchor_states = True
             raise ConfigError(
-                f"algo.name=gigpo groups steps by anchor state, which env.name={cfg.env.name} "
-                f"does not expose (envs with anchors: {', '.join(ANCHORED_ENVS)})"
+                f"algo.name={algo.name} groups steps by anchor state, which env.name={cfg.env.name} "
+                f"does not expose (envs with anchors: {', '.join(anchored_env_names())})"
             )
     else:
         _unused(
             cfg,
             ["gigpo.omega", "gigpo.gamma", "gigpo.norm", "gigpo.similarity_threshold"],
-            "algo.name is not gigpo",
+            f"algo.name={algo.name} is not step-wise (gigpo is)",
         )
     if rollout.mode == "episode":
         _unused(cfg, ["rollout.history_window"], "rollout.mode=episode keeps the whole history")
         return
-    if algo.name not in STEP_MODE_ESTIMATORS:
+    if not (estimator.per_episode or estimator.step_wise):
+        names = _names(lambda e: e.per_episode or e.step_wise)
         raise ConfigError(
             f"rollout.mode=step needs an episode-level estimator to share across the steps of "
-            f"an episode; algo.name={algo.name} is not one of {', '.join(STEP_MODE_ESTIMATORS)}"
+            f"an episode; algo.name={algo.name} is not one of {names}"
         )
 
 
 def _validate_filters(cfg: Config) -> None:
     f, rollout = cfg.filters, cfg.rollout
+    _check_choice("filters.metric", f.metric, FILTER_METRICS)
+    if not (f.dynamic_sampling or f.roc):
+        _unused(cfg, ["filters.metric"], "filters.dynamic_sampling and filters.roc are off")
     if f.max_gen_batches < 1:
         raise ConfigError(
             f"filters.max_gen_batches must be >= 1, got {f.max_gen_batches}: "
@@ -339,8 +364,15 @@ def _validate_thinking(cfg: Config) -> None:
         raise ConfigError("rollout.think_budget is not wired into asynchronous rollouts yet")
 
 
+def _env_names() -> tuple[str, ...]:
+    """The live env registry's names (built-in, registered, installed plugins)."""
+    from agentic_rl.envs.registry import env_names  # heavy imports: only here
+
+    return tuple(env_names())
+
+
 def _validate_env_options(cfg: Config) -> None:
-    from agentic_rl.envs import env_parameters, split_options  # heavy imports: only here
+    from agentic_rl.envs.registry import env_parameters, split_options  # heavy: only here
 
     if cfg.env.topk != _default(cfg, "env.topk") and "topk" not in env_parameters(cfg.env.name):
         raise ConfigError(f"env.topk does nothing: env.name={cfg.env.name} has no search tool")
@@ -356,6 +388,74 @@ def _validate_env_options(cfg: Config) -> None:
             f"env.options.reward={scheme.name} scores <think>/<search>/<answer> tags: it needs "
             f"rollout.chat_format=tags, got {cfg.rollout.chat_format}"
         )
+    _validate_env_sources(cfg)
+    _validate_reward_fn(cfg)
+
+
+def _validate_env_sources(cfg: Config) -> None:
+    """env.train_file / env.eval_file, and the scripted expert a warm start needs."""
+    from agentic_rl.envs.base import has_expert
+    from agentic_rl.envs.registry import env_class, env_parameters, task_parameters
+
+    env = cfg.env
+    for key, path in (("env.train_file", env.train_file), ("env.eval_file", env.eval_file)):
+        if not path:
+            continue
+        if not Path(path).is_file():
+            raise ConfigError(f"{key}: file {path} not found")
+        if Path(path).suffix.lower() not in (".jsonl", ".json", ".parquet"):
+            raise ConfigError(f"{key}: {path} is not a .jsonl, .json or .parquet file")
+    if env.train_file and not env.eval_file:
+        raise ConfigError(
+            "env.train_file is set but env.eval_file is not: evaluating on generated tasks "
+            "would measure another task; set env.eval_file to held-out rows (or the same file)"
+        )
+    if env.train_file and env.eval_file:
+        task_only = sorted(set(env.options) & task_parameters(env.name) - env_parameters(env.name))
+        if task_only:
+            raise ConfigError(
+                f"env.options.{task_only[0]} is set but does nothing: it only shapes generated "
+                "tasks, and env.train_file / env.eval_file replace them"
+            )
+    if cfg.warm_start.num_tasks:
+        cls = env_class(env.name)
+        if not has_expert(cls):
+            raise ConfigError(
+                f"warm_start.num_tasks: the warm start plays the env's scripted expert, and "
+                f"env.name={env.name} has none (no expert_turn): set warm_start.num_tasks=0"
+            )
+        if env.train_file and cls.__module__.startswith("agentic_rl."):
+            raise ConfigError(
+                f"warm_start.num_tasks: env.name={env.name}'s scripted expert needs the fields "
+                "of its generated tasks, which env.train_file rows lack: set "
+                "warm_start.num_tasks=0 (or warm-start with `agentic-rl sft`)"
+            )
+
+
+def _validate_reward_fn(cfg: Config) -> None:
+    """env.reward_fn imports and is callable; it works where episodes have one outcome."""
+    from agentic_rl.rewards.custom import REWARD_MODES, RewardFnError, load_reward_fn
+
+    env = cfg.env
+    _check_choice("env.reward_mode", env.reward_mode, REWARD_MODES)
+    if not env.reward_fn:
+        _unused(cfg, ["env.reward_mode"], "env.reward_fn is not set")
+        return
+    try:
+        load_reward_fn(env.reward_fn)
+    except RewardFnError as err:
+        raise ConfigError(f"env.reward_fn: {err}") from err
+    for conflict, value in (
+        ("rollout.mode=step", cfg.rollout.mode == "step"),
+        ("rollout.context_budget", cfg.rollout.context_budget > 0),
+        ("rollout.scheme=self_play", cfg.rollout.scheme == "self_play"),
+        ("filters.ttrl_vote_samples (TTRL relabels every reward)", cfg.filters.ttrl_vote_samples),
+    ):
+        if value:
+            raise ConfigError(
+                f"env.reward_fn scores whole episodes in rollout.mode=episode; it is not "
+                f"supported with {conflict}"
+            )
 
 
 def _validate_context_budget(cfg: Config) -> None:
@@ -382,8 +482,9 @@ def _validate_context_budget(cfg: Config) -> None:
             f"rollout.context_target={rollout.context_target} exceeds "
             f"rollout.context_budget={rollout.context_budget}"
         )
-    if cfg.algo.name not in ("grpo", "dr_grpo", "rloo"):
+    if not _estimator(cfg).per_episode:
         raise ConfigError(
             "rollout.context_budget trains a long episode as several segments that share the "
-            f"episode's advantage: algo.name must be grpo, dr_grpo or rloo, not {cfg.algo.name}"
+            f"episode's advantage: algo.name must be one of {_names(lambda e: e.per_episode)}, "
+            f"not {cfg.algo.name}"
         )

@@ -1,15 +1,20 @@
 """Validation of the engines that generate and update: LoRA (`model.lora_*`), the generator
 backend (`rollout.backend`, `rollout.mixed_precision`, the `vllm` section) and the learner
-(`learner`: one process or FSDP2). Called by `validate.validate`."""
+(`learner`: one process or FSDP2; `trainer.device`: where it runs, `resolve_device`). Called
+by `validate.validate`."""
 
 from __future__ import annotations
 
+import os
+import re
 from typing import TYPE_CHECKING
 
 from agentic_rl.config.checks import _check_choice, _unused
 from agentic_rl.config.parse import ConfigError
 
 if TYPE_CHECKING:
+    import torch
+
     from agentic_rl.config.schema import Config
 
 BACKENDS = ("hf", "vllm")
@@ -72,8 +77,39 @@ def _validate_lora_and_backend(cfg: Config) -> None:
         raise ConfigError(f"vllm.max_model_len must be >= 0, got {vllm.max_model_len}")
 
 
+def resolve_device(cfg: Config) -> torch.device:
+    """The device `trainer.device` names on this machine (the one rule, read by validation and
+    by `train.setup.build`): "auto" is the GPU when torch sees one, else the CPU; under
+    learner.strategy=fsdp2 a GPU is this process's, cuda:LOCAL_RANK (torchrun sets it). Raises
+    ConfigError for a malformed name, and for CUDA on a machine without it."""
+    import torch
+
+    name = cfg.trainer.device
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise ConfigError(f"trainer.device: {name!r} is not auto, cpu, cuda or cuda:N")
+    fsdp = cfg.learner.strategy == "fsdp2"
+    if fsdp and name.startswith("cuda:"):
+        raise ConfigError(
+            f"trainer.device={name}: under learner.strategy=fsdp2 each process runs on its own "
+            "GPU, cuda:LOCAL_RANK; use trainer.device=cuda or auto"
+        )
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.device={name} but torch sees no CUDA device (torch {torch.__version__}, "
+            "torch.cuda.is_available() is False): use trainer.device=cpu or auto"
+        )
+    index = int(os.environ.get("LOCAL_RANK", "0")) if fsdp else int(name.partition(":")[2] or 0)
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ConfigError(f"trainer.device={name}: cuda:{index} does not exist ({count} GPUs)")
+    return torch.device("cuda", index)
+
+
 def _validate_learner(cfg: Config) -> None:
     learner = cfg.learner
+    resolve_device(cfg)
     _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
     _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
     precisions = (learner.mixed_precision, cfg.rollout.mixed_precision)

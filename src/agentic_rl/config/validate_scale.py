@@ -50,22 +50,37 @@ def _validate_async(cfg: Config) -> None:
             f"algo.stale_is_cap must be >= 1 (a cap below 1 would shrink every token's weight), "
             f"got {cfg.algo.stale_is_cap}"
         )
-    if cfg.algo.policy_loss != "ppo":
-        raise ConfigError(
-            f"rollout.max_staleness > 0 corrects stale tokens one by one (decoupled PPO); "
-            f"algo.policy_loss={cfg.algo.policy_loss} has a sequence ratio: use algo.policy_loss=ppo"
-        )
-    if cfg.rollout.train_on_observations:
-        raise ConfigError(
-            "rollout.max_staleness > 0 weighs tokens by their behaviour logprobs, which "
-            "observation tokens do not have: rollout.train_on_observations must be false"
-        )
+    problem = stale_correction_problem(cfg)
+    if problem is not None:
+        raise ConfigError(f"rollout.max_staleness > 0 {problem}")
     backend = getattr(cfg.rollout, "backend", "hf")
     if backend != "hf":
         raise ConfigError(
             f"rollout.max_staleness > 0 runs its rollout worker on the hf backend; "
             f"rollout.backend={backend} is not supported with it yet"
         )
+
+
+def stale_correction_problem(cfg: Config) -> str | None:
+    """Why stale tokens could not be corrected one by one (decoupled PPO) under `cfg`, or None.
+    Read by this validation (rollout.max_staleness > 0) and by serve-policy, whose episodes can
+    span updates whatever the config says."""
+    if cfg.algo.policy_loss != "ppo":
+        return (
+            "corrects stale tokens one by one (decoupled PPO); "
+            f"algo.policy_loss={cfg.algo.policy_loss} has a sequence ratio: use algo.policy_loss=ppo"
+        )
+    if cfg.rollout.train_on_observations:
+        return (
+            "weighs tokens by their behaviour logprobs, which observation tokens do not have: "
+            "rollout.train_on_observations must be false"
+        )
+    if not cfg.algo.recompute_old_logprobs:
+        return (
+            "takes the PPO ratio against the proximal policy (the learner's weights before the "
+            "update): algo.recompute_old_logprobs must be true"
+        )
+    return None
 
 
 def _validate_ray(cfg: Config) -> None:

@@ -20,7 +20,12 @@ VALID_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 @runtime_checkable
 class Env(Protocol):
-    """An environment the agent acts in. See DESIGN.md, "Contracts"."""
+    """An environment the agent acts in. See DESIGN.md, "Contracts".
+
+    Optional: `expert_turn()` (a scripted expert, used by warm starts and checked by
+    `check_env` where the env has one: see `has_expert`) and the class attribute
+    `anchor_states = True` (observations carry `Observation.anchor`, which GiGPO groups on).
+    """
 
     tools: list[Tool]
 
@@ -29,8 +34,15 @@ class Env(Protocol):
     def step(self, action: Action) -> StepResult: ...
 
     def expert_turn(self) -> str:
-        """The scripted expert's next assistant turn (e.g. '<answer>42</answer>')."""
+        """Optional: the scripted expert's next assistant turn (e.g. '<answer>42</answer>')."""
         ...
+
+
+def has_expert(env: Any) -> bool:
+    """Whether `env` (an instance or a class) has a scripted expert: an `expert_turn` method
+    that is not `ToolEnv`'s unimplemented placeholder."""
+    method = getattr(env if isinstance(env, type) else type(env), "expert_turn", None)
+    return callable(method) and method is not ToolEnv.expert_turn
 
 
 def inline_tool_instructions(tools: list[Tool]) -> str:
@@ -48,8 +60,8 @@ def inline_tool_instructions(tools: list[Tool]) -> str:
 class ToolEnv:
     """Base for envs where the agent calls tools and finally answers.
 
-    Subclasses implement `score_answer` (a float in [0, 1]) and `expert_turn`, and usually
-    override `system_prompt`. Tool calls give `tool_call_reward` (0 by default); malformed turns,
+    Subclasses implement `score_answer` (a float in [0, 1]), optionally `expert_turn` (for
+    warm starts), and usually override `system_prompt`. Tool calls give `tool_call_reward` (0 by default); malformed turns,
     unknown tools and turns without any action give `-format_penalty`.
     """
 
@@ -91,7 +103,8 @@ class ToolEnv:
         raise NotImplementedError
 
     def expert_turn(self) -> str:
-        """The scripted expert's next assistant turn given `self.history`."""
+        """The scripted expert's next assistant turn given `self.history` (optional: envs
+        without one cannot warm-start; `has_expert` tells)."""
         raise NotImplementedError
 
     # -- the protocol ---------------------------------------------------------------------
@@ -311,19 +324,25 @@ def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
     _require(False, "expert terminates", f"{task.task_id}: no answer within {max_turns} turns")
 
 
-def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int = 6) -> None:
-    """Validate an env on `tasks` (Gymnasium-style checker). Raises EnvCheckError on failure.
+def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int = 6) -> list[str]:
+    """Validate an env on `tasks` (Gymnasium-style checker). Raises EnvCheckError on failure;
+    returns the checks it skipped, each with the reason.
 
     Checks: tool definitions; reset messages (roles, last is user, deterministic per seed);
     an invalid action gives an error observation without terminating; every tool returns a
     string observation; the gold answer scores at least as well as a wrong one; the scripted
-    expert reaches reward 1.0 within `max_expert_turns` turns.
+    expert reaches reward 1.0 within `max_expert_turns` turns. An env without a scripted expert
+    (no `expert_turn`, see `has_expert`) skips that last check: it can still be trained, only
+    not warm-started.
     """
     _require(bool(tasks), "tasks given", "check_env needs at least one task")
     _require(isinstance(getattr(env, "tools", None), list), "env.tools is a list")
     _check_tools(env)
+    expert = has_expert(env)
     for task in tasks:
         _check_reset(env, task, seed)
         _check_steps(env, task, seed)
         _check_answers(env, task, seed)
-        _check_expert(env, task, seed, max_expert_turns)
+        if expert:
+            _check_expert(env, task, seed, max_expert_turns)
+    return [] if expert else ["expert reaches reward 1.0 (the env has no expert_turn)"]

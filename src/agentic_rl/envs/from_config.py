@@ -5,15 +5,26 @@ tool_timeout_s, topk, seed) and are passed only to envs whose constructor takes 
 env-specific comes from `env.options`. Envs whose constructor takes `progress` (a float in [0, 1],
 the fraction of training done) get it, which is how curricula (ZeroSearch's noise schedule)
 follow the run without a callback.
+
+Tasks come from the env's task generator, or from the user's own files (`env.train_file`,
+`env.eval_file`: Search-R1 / veRL rows, envs/task_files.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
-from agentic_rl.envs import TASKS, env_parameters, make_env, split_options, task_parameters
 from agentic_rl.envs.base import Env
+from agentic_rl.envs.registry import (
+    env_parameters,
+    make_env,
+    split_options,
+    task_generator,
+    task_parameters,
+)
+from agentic_rl.envs.task_files import DatasetError, load_tasks
 from agentic_rl.types import Task
 
 
@@ -41,11 +52,24 @@ def make_envs(cfg: Config, n: int, progress: float | None = None, pool: Any = No
     return [make_env(cfg.env.name, **kwargs) for _ in range(n)]
 
 
+def task_file(cfg: Config, split: str) -> tuple[str, str]:
+    """(config key, path) of the user's task file for `split`; path "" = generated tasks."""
+    key = "env.train_file" if split == "train" else "env.eval_file"
+    return key, cfg.env.train_file if split == "train" else cfg.env.eval_file
+
+
 def make_tasks(cfg: Config, split: str) -> list[Task]:
-    """The configured number of `split` ("train" or "eval") tasks, generated from env.seed."""
+    """The configured number of `split` ("train" or "eval") tasks: the first rows of the user's
+    task file for that split where one is set, else generated from env.seed."""
+    n = cfg.env.num_train_tasks if split == "train" else cfg.env.num_eval_tasks
+    key, path = task_file(cfg, split)
+    if path:
+        try:
+            return load_tasks(path, limit=n)
+        except (DatasetError, OSError, ImportError) as err:
+            raise ConfigError(f"{key}: {err}") from err
     kwargs: dict[str, Any] = {}
     if "corpus_seed" in task_parameters(cfg.env.name):
         kwargs["corpus_seed"] = cfg.env.seed
     kwargs.update(split_options(cfg.env.name, cfg.env.options)[1])
-    n = cfg.env.num_train_tasks if split == "train" else cfg.env.num_eval_tasks
-    return TASKS[cfg.env.name](split, n, cfg.env.seed, **kwargs)
+    return task_generator(cfg.env.name)(split, n, cfg.env.seed, **kwargs)

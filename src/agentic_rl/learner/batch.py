@@ -66,7 +66,8 @@ class TrainBatch:
     input_ids: torch.Tensor  # [N, T] long
     attention_mask: torch.Tensor  # [N, T] long
     loss_mask: torch.Tensor  # [N, T] float, 1 on policy tokens
-    old_logprobs: torch.Tensor  # [N, T] behaviour logprobs (0 off the mask)
+    old_logprobs: torch.Tensor  # [N, T] pi_old: behaviour logprobs until the learner recomputes
+    # them (algo.recompute_old_logprobs); 0 off the mask
     rewards: torch.Tensor  # [N] episode rewards
     token_rewards: torch.Tensor  # [N, T] step rewards placed on the last token of their turn
     group_ids: torch.Tensor  # [N] long
@@ -79,13 +80,25 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # [N, T] (ppo)
     old_values: torch.Tensor | None = None  # [N, T] (ppo)
     ref_logprobs: torch.Tensor | None = None  # [N, T] (kl_coef > 0)
-    behav_logprobs: torch.Tensor | None = None  # [N, T] of stale samples (rollout.max_staleness)
+    behav_logprobs: torch.Tensor | None = None  # [N, T] the generator's logprobs, kept: the
+    # rollout correction and the mismatch metrics compare pi_old with them (0 off the mask)
+    stale: bool = False  # samples may be from older weights (async rollouts, serve-policy):
+    # the learner corrects them with decoupled PPO (scale/async_rollout.correct_stale)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, idx: slice | torch.Tensor) -> TrainBatch:
         fields = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return TrainBatch(**fields)
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The batch with every tensor on `device` (trainer.device). A step's batch and its
+        advantage math stay on the CPU; each micro-batch moves to the learner's device for its
+        forward (and backward) pass, and what a no-grad pass computes comes back."""
+        fields = {
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()
+        }
         return TrainBatch(**fields)
 
 
@@ -116,6 +129,7 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         attention_mask=attn,
         loss_mask=mask,
         old_logprobs=old * mask,
+        behav_logprobs=old * mask,
         rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         token_rewards=token_rewards * mask,
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),

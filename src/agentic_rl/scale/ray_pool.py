@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentic_rl.config.schema import Config
-from agentic_rl.envs import make_env
 from agentic_rl.envs.base import Env
 from agentic_rl.envs.from_config import env_kwargs
+from agentic_rl.envs.registry import make_env
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 if TYPE_CHECKING:

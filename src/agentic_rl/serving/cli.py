@@ -28,6 +28,8 @@ def serve_policy(
     train_every: int = 0,
     save_dir: str | None = None,
     max_batch: int = 32,
+    group_size: int | None = None,
+    episode_ttl: float = 1800.0,
     log_level: str = "info",
 ) -> None:
     """Build the recipe's policy, generator and learner settings and serve until interrupted."""
@@ -53,8 +55,15 @@ def serve_policy(
         train_every=train_every,
         save_dir=save_dir,
         keep_finished=False,  # the JSONL keeps them; memory stays flat on a long run
+        group_size=group_size or cfg.rollout.group_size,
+        episode_ttl_s=episode_ttl,
     )
-    training = f", GRPO-style update every {train_every} episodes" if train_every else ""
+    training = (
+        f", an update per {train_every} finished episodes in complete groups of "
+        f"{service.group_size}"
+        if train_every
+        else ""
+    )
     print(
         f"serving {cfg.model.name} ({cfg.algo.name}) on http://{host}:{port}/v1 "
         f"as model {service.model_name!r}; episodes -> {export}{training}",
@@ -86,6 +95,8 @@ def _cmd_serve_policy(args: argparse.Namespace) -> int:
         train_every=args.train_every,
         save_dir=args.save_dir,
         max_batch=args.max_batch,
+        group_size=args.group_size,
+        episode_ttl=args.episode_ttl,
     )
     return 0
 
@@ -101,6 +112,13 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0 seconds, got {text}")
     return value
 
 
@@ -140,6 +158,20 @@ def add_serve_policy_command(subparsers: Any) -> argparse.ArgumentParser:
         default=0,
         help="update the policy with the recipe's algorithm after every N finished episodes "
         "(0: only record)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=_positive,
+        default=None,
+        help="finished episodes a group (same opening prompt or reported group_id) needs before "
+        "it is trained; groups are never split (default: the recipe's rollout.group_size)",
+    )
+    parser.add_argument(
+        "--episode-ttl",
+        type=_seconds,
+        default=1800.0,
+        help="seconds after which an open episode with no call expires, as does an incomplete "
+        "group that stopped growing (0: never)",
     )
     parser.add_argument("--save-dir", help="save the model here after each update")
     parser.add_argument("--max-batch", type=_positive, default=32, help="calls generated at once")

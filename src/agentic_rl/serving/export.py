@@ -1,7 +1,7 @@
 """Finished served episodes as JSONL: one line per training sample, and back.
 
 Each line carries everything a Trajectory holds (token ids, loss mask, behaviour logprobs, turn
-spans, rewards, group, policy version, metrics) plus `episode_id` and `segment`. The lines are
+spans, rewards, group, policy version of each token, metrics) plus `episode_id` and `segment`. The lines are
 also valid input for `agentic-rl sft --data` (token-native form).
 """
 
@@ -27,6 +27,7 @@ _FIELDS = (
     "group_id",
     "task_id",
     "policy_version",
+    "token_versions",
     "terminated",
     "truncated",
     "metrics",

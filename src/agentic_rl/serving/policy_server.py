@@ -17,10 +17,19 @@ one, the open episode whose conversation the call extends. Episodes opening with
 prompt share a GRPO group unless the reward names one. Concurrent calls are generated together
 in one batch (`GenerationQueue`; with the HF generator a batch samples from the `seed` of its
 first call). Malformed input gets a 4xx with an OpenAI-style error body.
+
+Training (`train_every`, or `take_finished` + `train` in-process) runs the trainer's own update
+(`train.loop.update_policy`) on whole groups only: a group is trained once `group_size` of its
+episodes have finished (serving/recorder.py). Tokens sampled before an update that lands
+mid-episode (or while the episode waited for its group) are stale: they are trained with
+decoupled PPO against the current weights, each weighted by min(pi_now / pi_behav,
+algo.stale_is_cap), as asynchronous rollouts are; updates log the staleness. Open episodes
+idle for `episode_ttl_s` expire, so abandoned ones do not hold the open-episode limit forever.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the handlers' `Request` annotation
 # at runtime, and that class is imported inside create_app to keep imports lazy.
+import dataclasses
 import json
 import math
 import threading
@@ -30,12 +39,17 @@ from typing import Any
 
 import torch
 
+from agentic_rl.checkpoint.export import save_model
 from agentic_rl.learner.batch import Episodes
+from agentic_rl.scale.async_rollout import check_stale_correction
 from agentic_rl.serving.batching import GenerationQueue, ServeLimits
 from agentic_rl.serving.export import JsonlWriter, trajectory_record
 from agentic_rl.serving.openai_api import ApiError, hermes_format, parse_chat_request
 from agentic_rl.serving.openai_reply import build_reply, completion_body
 from agentic_rl.serving.recorder import EpisodeRecorder, OnMismatch
+from agentic_rl.train.loop import update_policy
+from agentic_rl.train.setup import make_optimizer, set_learning_rate
+from agentic_rl.train.summary import summarize
 from agentic_rl.types import Completion, SamplingParams
 
 REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "truncated"}
@@ -44,9 +58,10 @@ REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "tr
 class PolicyService:
     """Generation, recording and (with a trainer `Setup`) policy updates behind the endpoint.
 
-    In-process use: `take_finished()` pops finished episodes as trainer `Episodes`, `train()`
-    runs one update of the recipe's algorithm on them (holding the model lock, so serving and
-    training never touch the weights at once) and moves the policy version on."""
+    In-process use: `take_finished()` pops the finished episodes of complete groups as trainer
+    `Episodes`, `train()` runs one update of the recipe's algorithm on them (holding the model
+    lock, so serving and training never touch the weights at once) and moves the policy
+    version on."""
 
     def __init__(
         self,
@@ -61,34 +76,51 @@ class PolicyService:
         train_every: int = 0,
         save_dir: str | Path | None = None,
         keep_finished: bool = True,
+        group_size: int = 1,
+        episode_ttl_s: float = 1800.0,
     ) -> None:
         """`keep_finished=False` drops finished episodes once exported (a long-running
-        recording server whose JSONL is the only consumer); training keeps what it needs."""
+        recording server whose JSONL is the only consumer); training keeps what it needs.
+        `group_size`: finished episodes a group needs before it is trained (the G of GRPO; 1:
+        every episode at once). `train_every=N`: train once at least N finished episodes of
+        complete groups wait. `episode_ttl_s` (0: never): idle open episodes, and incomplete
+        groups that stopped growing, expire after it."""
         if train_every and setup is None:
             raise ValueError("train_every needs a trainer Setup (PolicyService.from_setup)")
+        if train_every:  # served episodes may span updates: refuse what cannot correct that
+            check_stale_correction(setup.cfg)
         self.generator = generator
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.limits = limits or ServeLimits()
-        self.recorder = EpisodeRecorder(tokenizer, on_mismatch)
+        self.keep_finished = keep_finished or bool(train_every)
+        self.group_size = group_size
+        self.recorder = EpisodeRecorder(
+            tokenizer,
+            on_mismatch,
+            group_size=group_size if self.keep_finished else 1,  # recording only: no waiting
+            ttl_s=episode_ttl_s,
+        )
         self.writer = JsonlWriter(export) if export else None
         self.setup = setup
         self.train_every = train_every
         self.save_dir = Path(save_dir) if save_dir else None
-        self.keep_finished = keep_finished or bool(train_every)
         self.optimizer: torch.optim.Optimizer | None = None
         self.policy_version = 0
         self.updates: list[dict[str, float]] = []
         self.model_lock = threading.Lock()
+        self._train_lock = threading.Lock()  # one check-take-train at a time
         self.queue = GenerationQueue(self._generate, self.limits.max_batch)
 
     @classmethod
     def from_setup(cls, setup: Any, **kwargs: Any) -> "PolicyService":
         """Serve a trainer `Setup` (its generator, tokenizer, recipe algorithm and optimiser
-        settings); the context limit defaults to the model's position embeddings."""
+        settings); the context limit defaults to the model's position embeddings and the group
+        size to the recipe's rollout.group_size."""
         if "limits" not in kwargs:
             config = getattr(getattr(setup.policy, "config", None), "max_position_embeddings", 0)
             kwargs["limits"] = ServeLimits(max_context=int(config or 2048))
+        kwargs.setdefault("group_size", setup.cfg.rollout.group_size)
         return cls(setup.generator, setup.tokenizer, setup=setup, **kwargs)
 
     def _generate(
@@ -133,7 +165,8 @@ class PolicyService:
         )
 
     def finish(self, episode_id: str, raw: bytes) -> dict[str, Any]:
-        """Report an episode's reward (a /reward body); trains when `train_every` are done."""
+        """Report an episode's reward (a /reward body); trains once `train_every` finished
+        episodes of complete groups wait."""
         body = _reward_body(raw)
         samples = self.recorder.finish(
             episode_id,
@@ -147,8 +180,8 @@ class PolicyService:
         if self.writer is not None:
             self.writer.write(episode_id, samples)
         update = None
-        if self.train_every and len(self.recorder.finished) >= self.train_every:
-            update = self.train(self.take_finished(self.train_every))
+        if self.train_every:
+            update = self._train_when_ready()
         elif not self.keep_finished:
             self.take_finished()
         return {
@@ -160,20 +193,21 @@ class PolicyService:
         }
 
     def take_finished(self, limit: int | None = None) -> Episodes:
+        """The finished episodes of complete groups, whole groups up to `limit` episodes."""
         return self.recorder.take_finished(limit)
+
+    def _train_when_ready(self) -> dict[str, float] | None:
+        with self._train_lock:  # concurrent rewards: one of them trains, on whole groups
+            if self.recorder.ready() < self.train_every:
+                return None
+            return self.train(self.take_finished(self.train_every))
 
     def train(
         self, episodes: Episodes, optimizer: torch.optim.Optimizer | None = None
     ) -> dict[str, float]:
-        """One update of the recipe's algorithm (e.g. GRPO) on finished episodes; the
-        generator then samples from the new weights and later turns record the new version."""
-        from agentic_rl.backends.base import release_for_update, sync_weights
-        from agentic_rl.checkpoint.export import save_model
-        from agentic_rl.learner.update import update as learner_update
-        from agentic_rl.train.batch import carries_gradient, prepare_batch
-        from agentic_rl.train.setup import make_optimizer, set_learning_rate
-        from agentic_rl.train.summary import advantage_metrics, summarize
-
+        """One update of the recipe's algorithm (e.g. GRPO) on finished episodes, the trainer's
+        own (`update_policy`), stale tokens corrected; the generator then samples from the new
+        weights and later turns record the new version."""
         if self.setup is None:
             raise RuntimeError("training needs a trainer Setup (PolicyService.from_setup)")
         if not len(episodes):
@@ -183,20 +217,14 @@ class PolicyService:
             self.optimizer = self.optimizer or make_optimizer(setup)
             optimizer = self.optimizer
         with self.model_lock:
-            release_for_update(self.generator)  # an engine with sleep mode frees its memory
             set_learning_rate(optimizer, setup.cfg, len(self.updates) + 1)
-            batch = prepare_batch(setup, episodes)
-            useful = carries_gradient(setup, batch)
-            metrics = {**summarize([s[0] for s in episodes.samples]), **advantage_metrics(batch)}
-            if useful:
-                metrics.update(
-                    learner_update(setup.policy, optimizer, batch, setup.cfg, setup.value_head)
-                )
-            sync_weights(self.generator, setup.policy, updated=useful)
+            metrics = summarize([s[0] for s in episodes.samples])
+            # The served generator may wrap the Setup's (tests record calls): sync that one.
+            served = dataclasses.replace(setup, generator=self.generator)
+            metrics.update(update_policy(served, optimizer, episodes, self.policy_version))
+            useful = not metrics["skipped_update"]
             self.policy_version += int(useful)
-            metrics.update(
-                {"skipped_update": float(not useful), "policy_version": self.policy_version}
-            )
+            metrics["policy_version"] = self.policy_version
             if useful and self.save_dir is not None:
                 save_model(setup.policy, setup.tokenizer, self.save_dir)
         self.updates.append(metrics)
@@ -289,6 +317,8 @@ def create_app(service: PolicyService) -> Any:
             "policy_version": service.policy_version,
             "open_episodes": sum(s["status"] == "open" for s in summaries),
             "finished_episodes": len(service.recorder.finished),
+            "ready_episodes": service.recorder.ready(),
+            "expired_episodes": dict(service.recorder.expired),
             "updates": len(service.updates),
         }
 

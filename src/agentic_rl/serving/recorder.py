@@ -13,13 +13,24 @@ tools, or resent the same history) cannot reuse the tokens. With `on_mismatch="r
 refused (409, the first differing message named); with "split" the episode continues in a new
 segment, a new training sample whose prompt is the whole conversation rendered by the template
 (all loss mask 0), counted in `metrics["segments"]`. Both segments get the episode's reward.
+
+Every sampled token records the policy version that produced it (`Trajectory.token_versions`),
+so an episode whose turns straddle an update is trained as stale (decoupled PPO, as the
+asynchronous rollouts are). Finished episodes wait for their group: `take_finished` hands out
+whole groups with at least `group_size` finished episodes, never part of one (a split group
+would compare an episode with only some of its siblings). Episodes nobody finishes expire:
+an open episode idle (no call) for `ttl_s` seconds is dropped, and so are the finished episodes
+of a group that has not completed and has had no new finish and no live open episode for
+`ttl_s` seconds; both are counted in `expired`.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,12 +62,20 @@ class Segment:
     logprobs: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # policy version of each turn
+    token_versions: list[int] = field(default_factory=list)  # per token; -1 where not sampled
     last_finish: str = ""  # finish reason of the latest sampled turn
 
-    def append(self, ids: list[int], generated: bool, logprobs: list[float] | None = None) -> None:
+    def append(
+        self,
+        ids: list[int],
+        generated: bool,
+        logprobs: list[float] | None = None,
+        version: int = -1,
+    ) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([int(generated)] * len(ids))
         self.logprobs.extend(logprobs if generated and logprobs else [0.0] * len(ids))
+        self.token_versions.extend([version if generated else -1] * len(ids))
 
 
 @dataclass
@@ -71,6 +90,7 @@ class EpisodeState:
     finished: bool = False
     in_flight: bool = False
     samples: list[Trajectory] = field(default_factory=list)  # set when finished
+    last_active: float = 0.0  # recorder clock at the latest call, commit or finish
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -96,21 +116,40 @@ class PendingCall:
 
 
 class EpisodeRecorder:
-    """Assembles calls into episodes and finished episodes into Trajectories (thread-safe)."""
+    """Assembles calls into episodes and finished episodes into Trajectories (thread-safe).
+
+    `group_size`: finished episodes a group needs before `take_finished` hands it out (1:
+    every finished episode goes at once). `ttl_s` (0: never): idle open episodes and stalled
+    incomplete groups expire after it (see the module docstring); `clock` is the time source
+    (seconds), replaceable in tests."""
 
     def __init__(
-        self, tokenizer: Any, on_mismatch: OnMismatch = "reject", max_open: int = 10_000
+        self,
+        tokenizer: Any,
+        on_mismatch: OnMismatch = "reject",
+        max_open: int = 10_000,
+        group_size: int = 1,
+        ttl_s: float = 1800.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if on_mismatch not in ("reject", "split"):
             raise ValueError(f"on_mismatch must be 'reject' or 'split', got {on_mismatch!r}")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        if ttl_s < 0:
+            raise ValueError(f"ttl_s must be >= 0 (0: episodes never expire), got {ttl_s}")
         # Splicing sampled ids and template text is only faithful on a prefix-preserving
         # template; anything else is refused here, before any call is served.
         check_prefix_preserving(tokenizer)
         self.tokenizer = tokenizer
         self.on_mismatch = on_mismatch
         self.max_open = max_open
+        self.group_size = group_size
+        self.ttl_s = ttl_s
+        self.clock = clock
         self.episodes: dict[str, EpisodeState] = {}
         self.finished: list[tuple[str, list[Trajectory]]] = []  # not yet taken, finish order
+        self.expired = {"open": 0, "waiting": 0}  # episodes dropped by the TTL, by state
         self._lock = threading.Lock()
 
     # -- calls ----------------------------------------------------------------------------------
@@ -118,12 +157,14 @@ class EpisodeRecorder:
     def begin(self, request: ChatRequest) -> PendingCall:
         """The prompt ids of this call; raises ApiError 409 when it cannot extend its episode."""
         with self._lock:
+            self._expire()
             episode, new_episode = self._episode_for(request)
             if episode.in_flight:
                 raise ApiError(f"episode {episode.episode_id!r} has a call in flight", 409)
             call = self._extend(episode, request)
             call.new_episode = new_episode
             episode.in_flight = True
+            episode.last_active = self.clock()
             if new_episode:
                 self.episodes[episode.episode_id] = episode
             return call
@@ -136,7 +177,7 @@ class EpisodeRecorder:
                 ep.segments.append(seg)
             seg.append(call.injected, generated=False)
             start = len(seg.token_ids)
-            seg.append(list(completion.token_ids), True, list(completion.logprobs))
+            seg.append(list(completion.token_ids), True, list(completion.logprobs), version)
             seg.turn_spans.append((start, len(seg.token_ids)))
             seg.versions.append(version)
             seg.last_finish = completion.finish_reason
@@ -145,6 +186,7 @@ class EpisodeRecorder:
             ep.counts["tool_calls"] += len(reply.tool_calls)
             ep.counts["invalid_tool_calls"] += bool(reply.invalid_tool_call)
             ep.in_flight = False
+            ep.last_active = self.clock()
 
     def abort(self, call: PendingCall) -> None:
         """The call failed before sampling: forget it (a new episode is dropped entirely)."""
@@ -165,7 +207,8 @@ class EpisodeRecorder:
             if found is not None:
                 return found, False
         if sum(not e.finished for e in self.episodes.values()) >= self.max_open:
-            raise ApiError(f"{self.max_open} episodes are open: finish or delete some", 429)
+            expiry = f"; idle ones expire after {self.ttl_s:g} s" if self.ttl_s else ""
+            raise ApiError(f"{self.max_open} episodes are open: finish or delete some{expiry}", 429)
         episode_id = request.episode_id or f"ep-{uuid.uuid4().hex[:16]}"
         return EpisodeState(episode_id, request.tools_key(), group_id=""), True
 
@@ -201,6 +244,7 @@ class EpisodeRecorder:
         prompt = encode_prompt(self.tokenizer, prompt_messages(request, fmt))
         seg = Segment(token_ids=list(prompt), prompt_length=len(prompt), messages=list(wanted))
         seg.loss_mask, seg.logprobs = [0] * len(prompt), [0.0] * len(prompt)
+        seg.token_versions = [-1] * len(prompt)
         if not ep.group_id:  # episodes opening with the same prompt form a GRPO group
             ep.group_id = f"prompt-{zlib.crc32(str(prompt).encode()):08x}"
         return PendingCall(ep, seg, True, [], list(prompt), False)
@@ -259,6 +303,7 @@ class EpisodeRecorder:
             ep.group_id = group_id or ep.group_id
             samples = self._samples(ep, reward, steps, task_id or episode_id, success, truncated)
             ep.finished, ep.samples, ep.segments = True, samples, []
+            ep.last_active = self.clock()
             self.finished.append((episode_id, samples))
             return samples
 
@@ -300,6 +345,7 @@ class EpisodeRecorder:
                     group_id=ep.group_id,
                     task_id=task_id,
                     policy_version=min(seg.versions) if seg.versions else 0,
+                    token_versions=list(seg.token_versions),
                     terminated=not truncated,
                     truncated=truncated,
                     metrics=dict(metrics),
@@ -319,23 +365,83 @@ class EpisodeRecorder:
             del self.episodes[episode_id]
 
     def take_finished(self, limit: int | None = None) -> Episodes:
-        """Pop finished episodes (oldest first) as trainer `Episodes`: the samples of each
-        episode plus a Task naming it (prompt text is not kept; only trr_pp reads tasks)."""
+        """Pop the finished episodes of complete groups as trainer `Episodes`, group by group:
+        the samples of each episode plus a Task naming it (prompt text is not kept; only trr_pp
+        reads tasks). A group is complete with at least `group_size` finished episodes; groups
+        go whole, in the order they completed, while the total stays within `limit` (the first
+        one always goes). The rest wait."""
         with self._lock:
-            taken = self.finished[:limit] if limit is not None else self.finished
-            self.finished = self.finished[len(taken) :]
+            self._expire()
+            chosen: list[int] = []
+            for rows in self._complete_groups():
+                if limit is not None and chosen and len(chosen) + len(rows) > limit:
+                    break
+                chosen += rows
+            taken = [self.finished[i] for i in chosen]
+            keep = set(range(len(self.finished))) - set(chosen)
+            self.finished = [self.finished[i] for i in sorted(keep)]
             for episode_id, _ in taken:
                 self.episodes.pop(episode_id, None)
         tasks = [Task(task_id=samples[0].task_id, prompt="") for _, samples in taken]
         return Episodes([samples for _, samples in taken], tasks)
 
+    def ready(self) -> int:
+        """How many finished episodes `take_finished()` could hand out now."""
+        with self._lock:
+            self._expire()
+            return sum(len(rows) for rows in self._complete_groups())
+
+    def _groups(self) -> dict[str, list[int]]:
+        """Indices into `finished` per group id, in finish order."""
+        groups: dict[str, list[int]] = {}
+        for i, (_, samples) in enumerate(self.finished):
+            groups.setdefault(samples[0].group_id, []).append(i)
+        return groups
+
+    def _complete_groups(self) -> list[list[int]]:
+        """The groups with >= group_size finished episodes, ordered by when they completed."""
+        n = self.group_size
+        return sorted(
+            (rows for rows in self._groups().values() if len(rows) >= n), key=lambda r: r[n - 1]
+        )
+
+    def _expire(self) -> None:
+        """Drop idle open episodes and stalled incomplete groups (`ttl_s`; lock held). Complete
+        groups never expire: they wait for training."""
+        if not self.ttl_s:
+            return
+        cutoff = self.clock() - self.ttl_s
+        for ep in list(self.episodes.values()):
+            if not ep.finished and not ep.in_flight and ep.last_active < cutoff:
+                del self.episodes[ep.episode_id]
+                self.expired["open"] += 1
+        live = {ep.group_id for ep in self.episodes.values() if not ep.finished}
+        stalled: set[int] = set()
+        for group, rows in self._groups().items():
+            if len(rows) >= self.group_size or group in live:
+                continue
+            if max(self._finished_at(i) for i in rows) < cutoff:
+                stalled.update(rows)
+        if stalled:
+            for i in stalled:
+                self.episodes.pop(self.finished[i][0], None)
+            self.finished = [f for i, f in enumerate(self.finished) if i not in stalled]
+            self.expired["waiting"] += len(stalled)
+
+    def _finished_at(self, index: int) -> float:
+        ep = self.episodes.get(self.finished[index][0])
+        return ep.last_active if ep is not None else float("-inf")
+
     def summaries(self) -> list[dict[str, Any]]:
         with self._lock:
+            self._expire()
             return [ep.summary() for ep in self.episodes.values()]
 
     def get(self, episode_id: str) -> EpisodeState:
         with self._lock:
             ep = self.episodes.get(episode_id)
             if ep is None:
-                raise ApiError(f"no episode {episode_id!r} (unknown, deleted or taken)", 404)
+                raise ApiError(
+                    f"no episode {episode_id!r} (unknown, deleted, taken or expired)", 404
+                )
             return ep

@@ -7,10 +7,13 @@ correction (`prepare_batch`); and whether an update on that batch would move the
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.algos.losses import overlong_filter_mask
 from agentic_rl.learner.batch import Episodes, TrainBatch, collate_episodes, unmask_observations
-from agentic_rl.learner.update import compute_advantages, forward_no_grad
+from agentic_rl.learner.update import compute_advantages, forward_no_grad, sampling_temperature
+from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast
 from agentic_rl.model.lora import adapter_disabled
 from agentic_rl.scale.async_rollout import correct_stale
@@ -21,32 +24,38 @@ from agentic_rl.train.setup import Setup
 def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
     """Collate the kept episodes and fill reference logprobs, values and advantages."""
     cfg = setup.cfg
-    gigpo = cfg.gigpo if cfg.algo.name == "gigpo" else None
+    estimator = ADVANTAGE_ESTIMATORS[cfg.algo.name]
+    gigpo = cfg.gigpo if estimator.step_wise else None
     samples = episodes.samples
     if cfg.rollout.train_on_observations:  # ablation: observation tokens in the loss
         samples = [[unmask_observations(s) for s in ep] for ep in samples]
     batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo)
-    if cfg.algo.name == "trr_pp":
+    if estimator.task_buckets:
         types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
     share = cfg.model.share_prefix
-    # The same precision as the update, so the KL compares like with like.
+    # The same precision and temperature as the update, so the KL compares like with like.
     precision = cfg.learner.mixed_precision if setup.dp is None else "no"
+    temp = sampling_temperature(cfg)
     with autocast(precision, next(setup.policy.parameters()).device):
         if setup.reference is not None:
             batch.ref_logprobs, _ = forward_no_grad(
-                setup.reference, batch, chunk, micro, dp=setup.dp, share_prefix=share
+                setup.reference,
+                batch,
+                chunk,
+                micro,
+                dp=setup.dp,
+                share_prefix=share,
+                temperature=temp,
             )
         elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
             with adapter_disabled(setup.policy):
                 batch.ref_logprobs, _ = forward_no_grad(
-                    setup.policy, batch, chunk, micro, share_prefix=share
+                    setup.policy, batch, chunk, micro, share_prefix=share, temperature=temp
                 )
         if setup.value_head is not None:
-            _, batch.old_values = forward_no_grad(
-                setup.policy, batch, chunk, micro, setup.value_head, setup.dp
-            )
+            batch.old_values = old_values(setup, batch, share)
     compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.filters.overlong_filter:
         # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
@@ -56,6 +65,47 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
     if cfg.rollout.max_staleness > 0:  # samples may be from older weights: decoupled PPO
         correct_stale(setup, batch)
     return batch
+
+
+def old_values(setup: Setup, batch: TrainBatch, share_prefix: bool) -> torch.Tensor:
+    """The critic's values V_t = V(x_<t) [N, T] before the update (0 off the loss mask): from
+    the policy's states for a shared value head, from the critic's own pass for a separate one
+    (no policy pass then)."""
+    critic, micro = setup.value_head, setup.cfg.optim.micro_batch_size
+    chunk = setup.cfg.model.logprob_chunk_size
+    assert critic is not None
+    if reads_policy_states(critic):
+        share = share_prefix and setup.dp is None
+        _, values = forward_no_grad(setup.policy, batch, chunk, micro, critic, setup.dp, share)
+    elif setup.dp is not None:  # each process its share of the rows; all get all
+        _, values = setup.dp.forward_no_grad(_critic_pass, critic, batch, chunk, micro, critic)
+    else:
+        _, values = _critic_pass(critic, batch, chunk, micro, critic, share_prefix)
+    assert values is not None
+    return values
+
+
+@torch.no_grad()
+def _critic_pass(
+    model: nn.Module,
+    batch: TrainBatch,
+    chunk: int,
+    micro: int,
+    critic: nn.Module | None,
+    share_prefix: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A separate critic's values in micro-batches, with `forward_no_grad`'s signature and
+    result (no logprobs: zeros), so fsdp's `DataParallel.forward_no_grad` can run it."""
+    assert critic is not None
+    values = []
+    device = next(critic.parameters()).device  # trainer.device
+    for start in range(0, len(batch), micro):
+        mb = batch.select(slice(start, start + micro)).to(device)
+        wanted = mb.loss_mask > 0
+        v = critic_values(critic, mb.input_ids, mb.attention_mask, None, wanted, share_prefix)
+        values.append(v * mb.loss_mask)
+    out = torch.cat(values).to(batch.loss_mask.device)
+    return torch.zeros_like(out), out
 
 
 def carries_gradient(setup: Setup, batch: TrainBatch | None) -> bool:

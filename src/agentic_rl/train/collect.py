@@ -13,6 +13,7 @@ import random
 
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.learner.batch import Episodes
+from agentic_rl.rewards.custom import apply_reward_fn
 from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes
 from agentic_rl.rollout.stepwise import run_stepwise
@@ -64,7 +65,10 @@ def _play_here(
             envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed
         )
     trajectories = run_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
-    return [[t] for t in trajectories]
+    episodes = [[t] for t in trajectories]
+    if setup.cfg.env.reward_fn:  # the user's TRL-shaped reward function (rewards/custom.py)
+        apply_reward_fn(setup.cfg.env.reward_fn, setup.cfg.env.reward_mode, tasks, episodes)
+    return episodes
 
 
 def rollout(setup: Setup, tasks: list[Task], group_size: int, seed: int, step: int) -> Episodes:
@@ -113,12 +117,12 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
         episodes = trainable
         if f.roc:
             episodes, roc_metrics = bf.roc_select(
-                episodes, cfg.rollout.group_size, f.roc_min_per_class
+                episodes, cfg.rollout.group_size, f.roc_min_per_class, f.metric
             )
             batch_metrics.update(roc_metrics)
         per_batch.append(batch_metrics)
         if f.dynamic_sampling and not f.roc:
-            episodes = bf.drop_constant_groups(episodes)
+            episodes = bf.drop_constant_groups(episodes, f.metric)
         kept.extend(episodes)
         if len(kept.groups()) >= want:
             break
@@ -149,6 +153,11 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
 
 def evaluate(setup: Setup, tasks: list[Task] | None = None) -> dict[str, float]:
     """Greedy episodes on the held-out tasks: success rate, tool use, reward."""
+    return summarize([samples[0] for samples in eval_episodes(setup, tasks)])
+
+
+def eval_episodes(setup: Setup, tasks: list[Task] | None = None) -> list[list[Trajectory]]:
+    """The greedy episodes of `evaluate` (default: the held-out tasks), samples per episode."""
     tasks = tasks if tasks is not None else setup.eval_tasks
     cfg = setup.cfg.rollout
     episodes: list[list[Trajectory]] = []
@@ -158,7 +167,7 @@ def evaluate(setup: Setup, tasks: list[Task] | None = None) -> dict[str, float]:
             setup.generator, setup.fmt, cfg, seed=0, greedy=True, tokenizer=setup.tokenizer
         )
         episodes += play(setup, chunk, [f"eval:{t.task_id}" for t in chunk], act, seed=0)
-    return summarize([samples[0] for samples in episodes])
+    return episodes
 
 
 def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:

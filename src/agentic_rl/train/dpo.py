@@ -65,6 +65,7 @@ def pair_logps(
 
     Chosen and rejected run in one padded batch; gradients flow if enabled by the caller."""
     batch = collate([c for c, _ in pairs] + [r for _, r in pairs], pad_token_id)
+    batch = batch.to(next(model.parameters()).device)  # trainer.device
     logprobs, _, _ = token_logprobs(
         model, batch.input_ids, batch.attention_mask, chunk_size, positions=batch.loss_mask > 0
     )
@@ -141,9 +142,11 @@ def train_dpo(
 def run_dpo(cfg: Config, pairs_path: str, out: Path) -> dict[str, Any]:
     """`agentic-rl dpo`: DPO of the recipe's model on a pairs file with the `dpo` settings;
     saves OUT/model and OUT/dpo_summary.json."""
+    from agentic_rl.config.validate_engines import resolve_device
     from agentic_rl.model.load import frozen_copy, load_policy
 
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
+    policy = policy.to(resolve_device(cfg))  # trainer.device
     pairs = load_pairs(pairs_path, tokenizer)
 
     def on_step(step: int, total: int, loss: float) -> None:

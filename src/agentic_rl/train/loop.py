@@ -3,7 +3,8 @@
     setup -> [warm start] -> eval before -> for each step:
         collect: rollout (B tasks x G samples, multi-turn or step-wise) -> reward shaping
                  -> batch filters (more rollout batches while dynamic sampling is short)
-        -> advantages -> update -> log -> checkpoint -> eval every k
+        -> update_policy: advantages -> update -> weight sync
+        -> log -> checkpoint -> eval every k
     -> eval after -> summary.json
 
 Every random choice of step `s` is seeded from (trainer.seed, s), so a run resumed from a
@@ -12,6 +13,8 @@ checkpoint reproduces the numbers of an uninterrupted run on CPU.
 What a run holds (`Setup`, `build`) is in setup.py, playing and collecting episodes in
 collect.py, the episodes -> training batch step (`prepare_batch`) in batch.py. Multi-stage recipes
 (`cfg.stages`) run through `stages.train_recipe`, which calls `train` once per stage.
+`update_policy` is the whole update half of a step; serve-policy (serving/policy_server.py)
+trains its served episodes with it too.
 """
 
 from __future__ import annotations
@@ -28,16 +31,31 @@ from agentic_rl.checkpoint.export import save_model
 from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint
 from agentic_rl.checkpoint.layout import latest_checkpoint
 from agentic_rl.config.schema import Config
+from agentic_rl.learner.batch import Episodes
 from agentic_rl.learner.update import update as learner_update
 from agentic_rl.logging import RunLogger
-from agentic_rl.scale.async_rollout import CollectFn, rollout_source
+from agentic_rl.scale.async_rollout import (
+    CollectFn,
+    check_stale_correction,
+    correct_stale,
+    rollout_source,
+    staleness_metrics,
+)
 from agentic_rl.scale.fsdp import shard_setup
 from agentic_rl.train.batch import carries_gradient, prepare_batch
-from agentic_rl.train.collect import collect, evaluate, expert_demos
+from agentic_rl.train.collect import collect, eval_episodes, expert_demos
 from agentic_rl.train.self_play import self_play_step
-from agentic_rl.train.setup import Setup, build, make_optimizer, run_dir, set_learning_rate
+from agentic_rl.train.setup import (
+    Setup,
+    build,
+    make_optimizer,
+    run_dir,
+    set_learning_rate,
+    start_from_policy,
+)
 from agentic_rl.train.sft import sft_precision, train_sft
 from agentic_rl.train.summary import advantage_metrics, print_table, run_summary, summarize
+from agentic_rl.train.trajectory_log import StepTrajectories, TrajectoryLog
 
 
 def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
@@ -76,39 +94,74 @@ def collector(cfg: Config) -> CollectFn:
     return {"sample": collect, "self_play": self_play_step}[cfg.rollout.scheme]
 
 
-def train_step(
-    setup: Setup, optimizer: torch.optim.Optimizer, step: int, collect_fn: CollectFn = collect
+def update_policy(
+    setup: Setup,
+    optimizer: torch.optim.Optimizer,
+    episodes: Episodes,
+    learner_version: int | None = None,
+    trajectories: StepTrajectories | None = None,  # the step's sample for the trajectory file
 ) -> dict[str, float]:
-    """One RL step: collect (rollout + filters), advantages, update. Returns the metrics."""
+    """Episodes -> one policy update -> the generator on the new weights; returns the metrics.
+
+    The update half of `train_step` and of serve-policy: the generator frees its accelerator
+    memory (vLLM sleep mode), the batch is built (`prepare_batch`: reference logprobs, values,
+    advantages), the learner updates unless the batch cannot move the weights
+    (`carries_gradient`), and the generator is synced. `learner_version` (the number of updates
+    the weights have had) is for episodes that record which version sampled each token
+    (`Trajectory.token_versions`, serve-policy): when any token is older, the batch is trained
+    with decoupled PPO (`correct_stale`), as asynchronous rollouts are, and the staleness
+    metrics are added. Metrics: the learner's, `samples`, `nonzero_adv_fraction`,
+    `skipped_update`."""
+    cfg = setup.cfg
+    release_for_update(setup.generator)  # vLLM sleep mode: the GPU is the learner's meanwhile
+    batch = prepare_batch(setup, episodes) if len(episodes) else None
+    metrics: dict[str, float] = {}
+    if batch is not None and learner_version is not None:
+        metrics.update(staleness_metrics(episodes, learner_version))
+        if metrics["stale_token_fraction"] > 0:
+            check_stale_correction(cfg)
+            correct_stale(setup, batch)
+    useful = carries_gradient(setup, batch)
+    if useful:
+        assert batch is not None
+        metrics.update(
+            learner_update(setup.policy, optimizer, batch, cfg, setup.value_head, setup.dp)
+        )
+    sync_weights(setup.generator, setup.policy, updated=useful)
+    metrics.update({"samples": 0.0} if batch is None else advantage_metrics(batch, cfg.gigpo.norm))
+    metrics["skipped_update"] = float(not useful)
+    if trajectories is not None:  # with the batch's advantages (and logprobs) of trained samples
+        trajectories.write(episodes, batch)
+    return metrics
+
+
+def train_step(
+    setup: Setup,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    collect_fn: CollectFn = collect,
+    trajectories: TrajectoryLog | None = None,
+) -> dict[str, float]:
+    """One RL step: collect (rollout + filters), then `update_policy`. Returns the metrics; a
+    sample of the episodes goes to `trajectories` (the run's trajectory file)."""
     cfg = setup.cfg
     t0 = time.perf_counter()
     episodes, generated, filter_metrics = (collect_fn or collector(cfg))(setup, step)
     t_rollout = time.perf_counter() - t0
-    release_for_update(setup.generator)  # vLLM sleep mode: the GPU is the learner's meanwhile
-    batch = prepare_batch(setup, episodes) if len(episodes) else None
-    useless = not carries_gradient(setup, batch)
-    update_metrics = {}
-    if not useless:
-        assert batch is not None
-        update_metrics = learner_update(
-            setup.policy, optimizer, batch, cfg, setup.value_head, setup.dp
-        )
-    sync_weights(setup.generator, setup.policy, updated=not useless)
+    sample = trajectories.step(step, generated) if trajectories is not None else None
+    update_metrics = update_policy(setup, optimizer, episodes, trajectories=sample)
     elapsed = time.perf_counter() - t0
     reps = [samples[0] for samples in generated.samples]  # one per generated episode
     generated_tokens = sum(s.num_generated for samples in generated.samples for s in samples)
     rewards = generated.rewards()
     metrics = summarize(reps)
-    metrics.update(update_metrics)
     metrics.update(filter_metrics)
-    batch_metrics = {"samples": 0.0} if batch is None else advantage_metrics(batch, cfg.gigpo.norm)
-    metrics.update(batch_metrics)
+    metrics.update(update_metrics)
     metrics.update(
         {
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
             "tool_errors_per_episode": sum(t.metrics["tool_errors"] for t in reps) / len(reps),
             "truncated": sum(t.metrics["truncated"] for t in reps) / len(reps),
-            "skipped_update": float(useless),
             "lr": optimizer.param_groups[0]["lr"],
             "rollout_seconds": t_rollout,
             "step_seconds": elapsed,
@@ -137,8 +190,8 @@ def train(cfg: Config) -> dict[str, Any]:
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     optimizer = make_optimizer(setup)
     extra: dict[str, nn.Module] = {}
-    if setup.value_head is not None:
-        extra["value_head"] = setup.value_head
+    if setup.value_head is not None:  # algo.critic: "value_head" (shared) or "critic" (separate)
+        extra["value_head" if cfg.algo.critic == "shared" else "critic"] = setup.value_head
     if setup.reference is not None and cfg.warm_start.num_tasks > 0:
         extra["reference"] = setup.reference  # the warm-started weights: not rebuildable
     state: dict[str, Any] = {"step": 0, "evals": {}}
@@ -147,6 +200,18 @@ def train(cfg: Config) -> dict[str, Any]:
         state = load(last, setup.policy, optimizer, extra_modules=extra)
         sync_weights(setup.generator, setup.policy)
         print(f"resuming from {last} (step {state['step']})", flush=True)
+    trajectories = (  # a sample of every step's episodes, token by token, for `agentic-rl report`
+        TrajectoryLog(
+            out,
+            setup.tokenizer,
+            setup.fmt,
+            cfg.trainer.log_trajectories,
+            cfg.trainer.seed,
+            resume_step=state["step"] if last is not None else None,
+        )
+        if main
+        else None
+    )
     with (
         RunLogger(
             out if main else out / f"rank_{setup.dp.rank}",  # other processes: their own log
@@ -158,7 +223,7 @@ def train(cfg: Config) -> dict[str, Any]:
         rollout_source(setup, collector(cfg)) as collect_fn,  # the async worker, the Ray env pool
     ):
         if last is None:
-            _before_rl(setup, logger, state)
+            _before_rl(setup, logger, state, trajectories)
             save(
                 out, 0, setup.policy, optimizer, None, state, extra, keep_last=cfg.trainer.keep_last
             )
@@ -167,14 +232,14 @@ def train(cfg: Config) -> dict[str, Any]:
         while step < cfg.trainer.steps:
             step += 1
             set_learning_rate(optimizer, cfg, step)
-            metrics = train_step(setup, optimizer, step, collect_fn)
+            metrics = train_step(setup, optimizer, step, collect_fn, trajectories)
             logger.log(step, metrics)
             state["step"] = step
             out_of_time = cfg.trainer.max_minutes > 0 and (
                 time.time() - rl_start > cfg.trainer.max_minutes * 60
             )
             if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0:
-                state["evals"][f"step_{step}"] = _eval_and_log(setup, logger, step)
+                state["evals"][f"step_{step}"] = _eval_and_log(setup, logger, step, trajectories)
             if step % cfg.trainer.save_every == 0 or step == cfg.trainer.steps or out_of_time:
                 save(
                     out,
@@ -189,7 +254,7 @@ def train(cfg: Config) -> dict[str, Any]:
             if out_of_time:
                 print(f"time budget of {cfg.trainer.max_minutes} min reached at step {step}")
                 break
-        state["evals"]["after"] = _eval_and_log(setup, logger, step)
+        state["evals"]["after"] = _eval_and_log(setup, logger, step, trajectories)
     if cfg.trainer.export_model and main:  # before summary.json, which marks the run finished
         save_model(setup.dp.full_policy if setup.dp else setup.policy, setup.tokenizer, out)
     summary = run_summary(cfg, state, step, time.time() - wall_start)
@@ -201,22 +266,35 @@ def train(cfg: Config) -> dict[str, Any]:
     return summary
 
 
-def _before_rl(setup: Setup, logger: RunLogger, state: dict[str, Any]) -> None:
+def _before_rl(
+    setup: Setup, logger: RunLogger, state: dict[str, Any], trajectories: TrajectoryLog | None
+) -> None:
     cfg = setup.cfg
     if cfg.trainer.eval_before:
-        state["evals"]["before"] = _eval_and_log(setup, logger, 0, "eval_before")
+        state["evals"]["before"] = _eval_and_log(setup, logger, 0, trajectories, "eval_before")
     if cfg.warm_start.num_tasks > 0:
         warm_start(setup, logger)
         sync_weights(setup.generator, setup.policy)
-        if setup.reference is not None:  # KL to the model RL starts from, not the untrained one
-            setup.reference.load_state_dict(setup.policy.state_dict())
+        # KL to the model RL starts from, not the untrained one; a separate critic starts there too
+        start_from_policy(setup)
         if cfg.trainer.eval_before:
-            state["evals"]["warm_start"] = _eval_and_log(setup, logger, 0, "eval_warm_start")
+            state["evals"]["warm_start"] = _eval_and_log(
+                setup, logger, 0, trajectories, "eval_warm_start"
+            )
 
 
-def _eval_and_log(setup: Setup, logger: RunLogger, step: int, prefix: str = "eval") -> dict:
+def _eval_and_log(
+    setup: Setup,
+    logger: RunLogger,
+    step: int,
+    trajectories: TrajectoryLog | None = None,
+    prefix: str = "eval",
+) -> dict:
     t0 = time.perf_counter()
-    result = evaluate(setup)
+    episodes = eval_episodes(setup)
+    result = summarize([samples[0] for samples in episodes])
     result["seconds"] = time.perf_counter() - t0
+    if trajectories is not None:
+        trajectories.write_eval(step, prefix, episodes)
     logger.log(step, result, prefix=prefix)
     return result

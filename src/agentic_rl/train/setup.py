@@ -12,12 +12,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.backends.base import Generator, make_generator
 from agentic_rl.config.schema import Config
+from agentic_rl.config.validate_engines import resolve_device
 from agentic_rl.envs.from_config import make_envs, make_tasks
 from agentic_rl.formats.chat import ChatFormat
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.update import adamw
+from agentic_rl.model.critic import Critic
 from agentic_rl.model.load import ValueHead, frozen_copy, load_policy
 from agentic_rl.model.lora import is_lora, unwrap
 from agentic_rl.model.tokens import check_prefix_preserving
@@ -38,18 +41,26 @@ class Setup:
     train_tasks: list[Task]
     eval_tasks: list[Task]
     reference: nn.Module | None = None
-    value_head: nn.Module | None = None
+    value_head: nn.Module | None = None  # ppo: a ValueHead (algo.critic=shared) or a Critic
     env_pool: Any = None  # ray_pool.EnvPool with ray.enabled (envs on Ray actors), else None
     dp: Any = None  # fsdp.DataParallel with learner.strategy=fsdp2 (under torchrun), else None
+    device: torch.device = torch.device("cpu")  # trainer.device, resolved: where the models live
 
 
 def make_optimizer(setup: Setup) -> torch.optim.Optimizer:
+    """AdamW over the policy's trainable parameters and, for ppo, a second parameter group for
+    the critic (value head, or a separate critic's backbone too) at algo.critic_lr. Each group
+    keeps its own peak rate as "base_lr" (set_learning_rate)."""
     cfg = setup.cfg.optim
-    params = [p for p in setup.policy.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in setup.policy.parameters() if p.requires_grad]}]
+    groups[0]["base_lr"] = cfg.lr
     if setup.value_head is not None:
-        params += list(setup.value_head.parameters())
+        critic_lr = setup.cfg.algo.critic_lr or cfg.lr
+        groups.append(
+            {"params": list(setup.value_head.parameters()), "lr": critic_lr, "base_lr": critic_lr}
+        )
     return adamw(
-        params,
+        groups,
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         weight_decay=cfg.weight_decay,
@@ -62,7 +73,7 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) 
     warmup = cfg.optim.warmup_steps
     factor = min(1.0, step / warmup) if warmup else 1.0
     for group in optimizer.param_groups:
-        group["lr"] = cfg.optim.lr * factor
+        group["lr"] = group.get("base_lr", cfg.optim.lr) * factor
 
 
 def run_dir(cfg: Config) -> Path:
@@ -72,7 +83,9 @@ def run_dir(cfg: Config) -> Path:
 def build(cfg: Config) -> Setup:
     """Load the models, tokenizer and generator, make the tasks and the chat format."""
     torch.manual_seed(cfg.trainer.seed)
+    device = resolve_device(cfg)  # trainer.device: the reference and critic follow the policy
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
+    policy = policy.to(device)  # before the generator: the HF one samples with this object
     check_prefix_preserving(tokenizer)
     tools = make_envs(cfg, 1)[0].tools
     setup = Setup(
@@ -83,14 +96,27 @@ def build(cfg: Config) -> Setup:
         fmt=make_chat_format(cfg.rollout.chat_format, tools, tokenizer),
         train_tasks=make_tasks(cfg, "train"),
         eval_tasks=make_tasks(cfg, "eval"),
+        device=device,
     )
     if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
         setup.reference = frozen_copy(policy)
-    if cfg.algo.name == "ppo":
-        setup.value_head = ValueHead(policy.config.hidden_size)
+    if ADVANTAGE_ESTIMATORS[cfg.algo.name].needs_value_head:  # the critic (model/critic.py)
+        shared = cfg.algo.critic == "shared"
+        setup.value_head = ValueHead(policy.config.hidden_size) if shared else Critic(policy)
+        setup.value_head.to(device)
     if cfg.ray.enabled:  # envs (and the generator) on Ray actors; Ray is imported only here
         attach_ray(setup)
     return setup
+
+
+def start_from_policy(setup: Setup) -> None:
+    """After the policy's weights were set outside RL (a warm start, loaded weights): the frozen
+    reference and a separate critic's backbone start from them too, as they would from the
+    model RL starts from (veRL initialises reference and critic from the actor's checkpoint)."""
+    if setup.reference is not None:
+        setup.reference.load_state_dict(setup.policy.state_dict())
+    if isinstance(setup.value_head, Critic):
+        setup.value_head.copy_backbone_from(setup.policy)
 
 
 def attach_ray(setup: Setup) -> None:

@@ -79,7 +79,7 @@ def train_sft(
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
             for first in range(0, len(rows), micro):
-                batch = collate(rows[first : first + micro], pad_token_id)
+                batch = collate(rows[first : first + micro], pad_token_id).to(device)
                 with autocast(mixed_precision, device):
                     logprobs, _, _ = token_logprobs(
                         model,

@@ -8,8 +8,10 @@ groups (or, for RoC, sub-sample within a group), never single steps.
 
 Stages, in the order the trainer applies them:
 1. `ttrl_relabel` (TTRL): majority-vote pseudo-labels replace the rewards.
-2. `overlong_penalty` (DAPO soft overlong punishment): added to the rewards.
-3. `roc_select` (rStar2-Agent GRPO-RoC) / `drop_constant_groups` (DAPO dynamic sampling).
+2. `overlong_penalty` (DAPO soft overlong punishment): added to the rewards; the reward before
+   it stays in each sample's metrics[OUTCOME].
+3. `roc_select` (rStar2-Agent GRPO-RoC) / `drop_constant_groups` (DAPO dynamic sampling): they
+   compare `filter_values`, by default that outcome before shaping (filters.metric).
 4. `variance_keep` (RAGEN StarPO-S), after dynamic sampling filled the batch.
 """
 
@@ -35,6 +37,8 @@ from agentic_rl.rewards.ttrl import ttrl_rewards
 from agentic_rl.types import Task, Trajectory
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+OUTCOME = "outcome_reward"
+"""Trajectory.metrics key: the episode's reward before reward shaping (the overlong penalty)."""
 
 
 def _set_reward(samples: list[Trajectory], reward: float) -> None:
@@ -81,10 +85,15 @@ def ttrl_relabel(
 
 def overlong_penalty(episodes: Episodes, max_length: int, buffer: int) -> dict[str, float]:
     """DAPO soft overlong punishment, added to each episode's reward in place: 0 up to
-    max_length - buffer response tokens, then linear down to -1 at max_length (DAPO Eq. 13)."""
-    lengths = torch.tensor([s[0].metrics["response_tokens"] for s in episodes.samples])
+    max_length - buffer generated tokens, then linear down to -1 at max_length (DAPO Eq. 13).
+    The length counts the model's own tokens (loss mask 1) over all the episode's samples, not
+    the observations inserted between its turns. The reward before the penalty is kept in each
+    sample's metrics[OUTCOME], which the group filters compare (`filter_values`)."""
+    lengths = torch.tensor([sum(s.num_generated for s in samples) for samples in episodes.samples])
     penalties = overlong_soft_penalty(lengths, max_length, buffer)
     for samples, penalty in zip(episodes.samples, penalties.tolist(), strict=True):
+        for sample in samples:
+            sample.metrics.setdefault(OUTCOME, sample.reward)
         _set_reward(samples, samples[0].reward + penalty)
     return {
         "overlong_penalty": float(penalties.mean()) if len(penalties) else 0.0,
@@ -92,11 +101,24 @@ def overlong_penalty(episodes: Episodes, max_length: int, buffer: int) -> dict[s
     }
 
 
-def drop_constant_groups(episodes: Episodes) -> Episodes:
-    """DAPO dynamic sampling: keep only groups whose episode rewards are not all equal."""
+def filter_values(episodes: Episodes, metric: str = "outcome") -> torch.Tensor:
+    """[E] what the group filters compare (filters.metric): "outcome", each episode's reward
+    before reward shaping (metrics[OUTCOME], or the reward if nothing shaped it), as DAPO's
+    dynamic sampling filters on accuracy; "reward", the shaped reward."""
+    if metric == "reward":
+        return episodes.rewards()
+    if metric != "outcome":
+        raise ValueError(f"unknown filter metric {metric!r}; expected outcome or reward")
+    values = [s[0].metrics.get(OUTCOME, s[0].reward) for s in episodes.samples]
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def drop_constant_groups(episodes: Episodes, metric: str = "outcome") -> Episodes:
+    """DAPO dynamic sampling: keep only groups whose `filter_values` are not all equal."""
     if not len(episodes):
         return episodes
-    return episodes.select(dynamic_sampling_keep(episodes.rewards(), episodes.group_ids()).tolist())
+    values = filter_values(episodes, metric)
+    return episodes.select(dynamic_sampling_keep(values, episodes.group_ids()).tolist())
 
 
 def roc_penalty_of(trajectory: Trajectory) -> list[float]:
@@ -111,18 +133,20 @@ def roc_penalty_of(trajectory: Trajectory) -> list[float]:
 
 
 def roc_select(
-    episodes: Episodes, group_size: int, min_per_class: int
+    episodes: Episodes, group_size: int, min_per_class: int, metric: str = "outcome"
 ) -> tuple[Episodes, dict[str, float]]:
     """GRPO-RoC (Shang et al. 2025, rStar2-Agent): drop equal-reward groups, then down-sample
     each oversampled group to `group_size` keeping class proportions; positives with the fewest
-    tool errors / format problems first, negatives as they come."""
-    varied = drop_constant_groups(episodes)
+    tool errors / format problems first, negatives as they come. Equal rewards and the classes
+    (value > 0 is positive) are judged on `filter_values(metric)`."""
+    varied = drop_constant_groups(episodes, metric)
+    values = filter_values(varied, metric)
     keep: list[int] = []
     penalties_kept: list[float] = []
     for group in varied.groups():
         stats = torch.tensor([roc_penalty_of(varied.samples[i][0]) for i in group])
         penalties = roc_penalties(stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3].bool())
-        rewards = torch.tensor([varied.samples[i][0].reward for i in group])
+        rewards = values[group]
         chosen = roc_downsample(rewards, penalties, group_size, min_per_class).tolist()
         keep += [group[j] for j in chosen]
         penalties_kept += [float(penalties[j]) for j in chosen if rewards[j] > 0]

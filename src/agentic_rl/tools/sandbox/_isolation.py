@@ -1,10 +1,11 @@
 """Operating-system isolation for the sandbox: namespaces, a read-only file system, rlimits,
-an unprivileged uid and sweeping leftover processes.
+an unprivileged uid, a seccomp filter and sweeping leftover processes.
 
 Standard library only, imported by the worker as a top-level module (not through the
-agentic_rl package, whose imports would bloat every forked child). Each mechanism is tried and
-its outcome recorded; where the kernel refuses one, a weaker fallback is used and reported in
-`isolation` (see the package docstring for the table).
+agentic_rl package, whose imports would bloat every forked child). Under bubblewrap most of
+this is bwrap's work and the worker only drops privileges, sets rlimits and sweeps; the
+namespace and mount helpers here are the root-only path used where bwrap is missing. Each
+mechanism is tried and its outcome recorded in `isolation` (see the package docstring).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MS_NOATIME, MS_NODIRATIME, MS_PRIVATE, MS_RELATIME = 1024, 2048, 1 << 18, 1 << 21
+PR_SET_DUMPABLE = 4
+IPC_RMID = 0
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 # statvfs flags -> mount flags: a bind remount replaces the per-mount flags, so keep these.
@@ -73,8 +77,8 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     )
 
 
-def prctl(option: int, arg: int) -> None:
-    _check(libc().prctl(option, arg, 0, 0, 0), f"prctl {option}")
+def prctl(option: int, arg: int, arg3: int = 0) -> None:
+    _check(libc().prctl(option, arg, arg3, 0, 0), f"prctl {option}")
 
 
 def close_fds_from(low: int) -> None:
@@ -102,7 +106,7 @@ def _mount_points() -> list[str]:
     return points
 
 
-def _blocked_ancestor(path: str) -> str | None:
+def blocked_ancestor(path: str) -> str | None:
     """The highest ancestor of `path` that others may not traverse (mode without o+x)."""
     parts = path.strip("/").split("/")
     for i in range(len(parts)):
@@ -127,7 +131,7 @@ def _expose_hidden(paths: list[str]) -> list[str]:
     else from there. Returns the covered directories."""
     groups: dict[str, list[str]] = {}
     for path in paths:
-        ancestor = _blocked_ancestor(path)
+        ancestor = blocked_ancestor(path)
         if ancestor is not None:
             groups.setdefault(ancestor, []).append(path)
     for ancestor, inside in groups.items():
@@ -263,6 +267,40 @@ def no_new_privs() -> None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
+def set_dumpable(flag: bool) -> None:
+    """Not dumpable: processes of the same uid (the sandboxed code, under bwrap) can neither
+    ptrace this one nor open its /proc files (memory, fds, environment)."""
+    prctl(PR_SET_DUMPABLE, int(flag))
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_bpf(program: bytes) -> None:
+    """Install a seccomp filter (a compiled BPF program, 8 bytes per instruction) on this
+    process and its future children; needs no_new_privs (or CAP_SYS_ADMIN) first."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
+
+
+def nproc_per_user_namespace() -> bool:
+    """Whether RLIMIT_NPROC counts a user namespace's processes apart (Linux 5.14+ ucounts):
+    then, under bwrap's user namespace, it bounds the execution's own processes only."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
+def sweep_namespace() -> None:
+    """As PID 1 of a PID namespace: kill every other process in it (kill(-1) spares only us)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+
+
 def block_sockets() -> None:
     """Fallback where network namespaces are not permitted: make socket creation in this
     interpreter raise. Weaker than a namespace: ctypes or an exec'd program can still reach the
@@ -341,6 +379,26 @@ def wipe_dir(path: str) -> None:
         else:
             with contextlib.suppress(OSError):
                 os.unlink(full)
+
+
+def remove_sysv_ipc(uid: int | None) -> None:
+    """Delete the System V shared memory segments, message queues and semaphore sets that
+    `uid` owns (None: every one in our IPC namespace): they outlive processes, so one run
+    could otherwise leave data for the next."""
+    lib = libc()
+    for kind, call in (("shm", lib.shmctl), ("msg", lib.msgctl), ("sem", lib.semctl)):
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        header = {"shm": 7, "msg": 7, "sem": 4}[kind]  # column of the owner's uid
+        for row in rows:
+            if len(row) > header and (uid is None or int(row[header]) == uid):
+                if kind == "sem":
+                    call(ctypes.c_int(int(row[1])), 0, IPC_RMID)
+                else:
+                    call(ctypes.c_int(int(row[1])), IPC_RMID, None)
 
 
 def has_children() -> bool:

@@ -114,18 +114,21 @@ class Worker:
         self.limits: dict[str, Any] = config["limits"]
         self.base: str = config["base_dir"]
         self.fresh: bool = bool(config.get("fresh", False))
-        self.uid: int | None = None
-        if os.geteuid() == 0:
-            limits = self.limits
-            self.uid, self.lock_fd = _isolation.acquire_uid(
-                limits["uid_base"], limits["uid_count"], int(config.get("slot", 0))
+        self.mode: str = config.get("mode", "none")
+        self.uid: int | None = config.get("uid")  # the uid code runs as (root pools only)
+        seccomp = config.get("seccomp")
+        self.seccomp: bytes | None = bytes.fromhex(seccomp) if seccomp else None
+        self.child_uid = self.uid  # whom the child becomes; None: it stays the worker's uid
+        root = os.geteuid() == 0
+        if self.mode == "bwrap":
+            self.isolation = self._setup_bwrap()
+        else:
+            self.isolation = _isolation.setup_worker(
+                self.base, self.limits["disk_mb"], [HERE], self.mode == "namespaces"
             )
-            _isolation.sweep_uid(self.uid)  # whatever a crashed previous owner left behind
-            _isolation.reap()
-        self.isolation = _isolation.setup_worker(
-            self.base, self.limits["disk_mb"], [HERE], bool(self.limits.get("namespaces", True))
-        )
-        self.isolation.update(uid=self.uid, uid_drop=self.uid is not None)
+            self.isolation.update(pidns=False, userns=False, private_tmp=False)
+            self.isolation["nproc"] = self.isolation["worker_protected"] = self.uid is not None
+        self.isolation.update(root=root, uid=self.uid, uid_drop=self.uid is not None)
         self.isolation["socket_block"] = not self.isolation["netns"]
         failed = []
         for name in self.limits.get("preload", []):
@@ -138,6 +141,35 @@ class Worker:
             import socket  # noqa: F401  (imported here so the child only patches it)
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.runs = 0
+
+    def _setup_bwrap(self) -> dict[str, Any]:
+        """Inside bubblewrap: the namespaces and file system exist already. As root's sandbox,
+        become the worker's own uid (bwrap left only CAP_SETUID/CAP_SETGID for this); then
+        make this process unreachable to the code, which shares its uid."""
+        if self.uid is not None:
+            _isolation.drop_privileges(self.uid)
+            self.child_uid = None
+        _isolation.set_dumpable(False)  # no ptrace, no /proc/1/mem or /proc/1/fd for the code
+        # PID 1 gets only the signals it handles; Python's own SIGINT handler would let the
+        # code raise KeyboardInterrupt in the worker.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        return {
+            "netns": True,
+            "mountns": True,
+            "pidns": os.getpid() == 1,
+            "userns": self.uid is None,
+            "ipcns": True,
+            "utsns": True,
+            "readonly_fs": True,
+            "tmpfs": True,
+            "private_shm": True,
+            "private_tmp": True,
+            "subreaper": True,  # PID 1: every orphan comes back to us
+            "hidden_dirs": [],
+            # a uid of its own (root), or a user namespace of its own counted apart (5.14+)
+            "nproc": self.uid is not None or _isolation.nproc_per_user_namespace(),
+            "worker_protected": os.getpid() == 1,
+        }
 
     # -- the child ---------------------------------------------------------------------------
     def _child(self, code: str, cpu_s: int, workdir: str, fds: tuple[int, int, int]) -> NoReturn:
@@ -152,10 +184,15 @@ class Worker:
             os.environ.clear()
             os.environ.update(env)
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG error instead of a kill
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             _isolation.apply_rlimits(self.limits, cpu_s)
-            if self.uid is not None:
-                _isolation.drop_privileges(self.uid)
+            if self.child_uid is not None:
+                _isolation.drop_privileges(self.child_uid)
+            elif self.mode == "bwrap":
+                _isolation.set_dumpable(True)  # the worker is not; the code may be
             _isolation.no_new_privs()
+            if self.seccomp is not None:  # under bwrap the filter is in place already
+                _isolation.load_bpf(self.seccomp)
             if self.isolation["socket_block"]:
                 _isolation.block_sockets()
             if self.fresh:
@@ -171,8 +208,10 @@ class Worker:
     # -- the worker side -----------------------------------------------------------------------
     def _sweep(self, pid: int) -> None:
         """Kill everything the execution left running."""
-        if self.uid is not None:
-            _isolation.sweep_uid(self.uid)
+        if self.mode == "bwrap" and self.isolation["pidns"]:
+            _isolation.sweep_namespace()
+        elif self.child_uid is not None:
+            _isolation.sweep_uid(self.child_uid)
         else:
             _isolation.kill_descendants(pid)
 
@@ -243,9 +282,9 @@ class Worker:
             owned.append(os.path.join(workdir, _runner.FRESH_CODE_FILE))
             with open(owned[-1], "w", encoding="utf-8") as f:
                 f.write(code)
-        if self.uid is not None:
+        if self.child_uid is not None:
             for path in owned:
-                os.chown(path, self.uid, self.uid)
+                os.chown(path, self.child_uid, self.child_uid)
         pipes = [os.pipe() for _ in range(3)]
         pid = os.fork()
         if pid == 0:
@@ -259,9 +298,17 @@ class Worker:
             wait, timed_out, duration = self._collect(pid, captures, timeout)
         finally:
             _isolation.reap()
-            shutil.rmtree(workdir, ignore_errors=True)
+            if self.mode == "bwrap":  # the whole tmpfs: the code may write beside its run dir
+                _isolation.wipe_dir(self.base)
+                _isolation.remove_sysv_ipc(None)  # our own IPC namespace
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+                if self.child_uid is not None:
+                    _isolation.remove_sysv_ipc(self.child_uid)
             if self.isolation["private_shm"]:
                 _isolation.wipe_dir("/dev/shm")
+            if self.isolation["private_tmp"]:
+                _isolation.wipe_dir("/tmp")
         result = _interpret(wait, timed_out, status.data(), timeout, cpu_s)
         max_chars = int(limits["max_output_chars"])
         result.update(stdout=out.text(max_chars), stderr=err.text(max_chars), duration_s=duration)

@@ -61,7 +61,20 @@ class SandboxLimits:
     uid_count: int = 1000
     """Size of that uid range (one uid per live worker across all pools on the machine)."""
     namespaces: bool = True
-    """Use network and mount namespaces where permitted; False forces the weaker fallbacks."""
+    """Isolate with namespaces where permitted; False turns off bubblewrap and the root-only
+    namespaces alike (then `allow_unisolated` is needed: only to exercise the fallbacks)."""
+    bwrap: bool = True
+    """Run each worker under bubblewrap (`bwrap`) where it is installed and works; False uses
+    the root-only namespaces instead (or, not root, refuses unless `allow_unisolated`)."""
+    seccomp: bool = True
+    """Install a seccomp filter (libseccomp through `pyseccomp`) where it can be built."""
+    allow_unisolated: bool = False
+    """Run model code even where no isolation can be had (as the trainer's own user, with its
+    files, processes and network in reach). Also set by AGENTIC_RL_SANDBOX_ALLOW_UNISOLATED=1.
+    Off by default: the pool refuses to start and says how to get isolation."""
+    ro_paths: tuple[str, ...] = ()
+    """Extra host directories the code may read (bound read-only under bubblewrap, which
+    otherwise shows only the system (/usr, /etc) and the Python installation)."""
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     """Modules each warm worker imports before forking children (e.g. add "sympy", "numpy")."""
 
@@ -97,6 +110,7 @@ class SandboxLimits:
         """JSON-ready form (sent to the worker processes)."""
         out = asdict(self)
         out["preload"] = list(self.preload)
+        out["ro_paths"] = list(self.ro_paths)
         return out
 
 

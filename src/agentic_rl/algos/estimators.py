@@ -1,0 +1,185 @@
+"""The advantage estimators by name (``algo.name``): the one table the learner, the config
+validation and the trainer's setup read.
+
+Each entry holds the function the learner calls and the flags that say what the estimator
+needs and allows. Every ``fn`` has the same signature, ``fn(AdvantageInputs) -> (advantages
+[B, T], returns [B, T] or None)``, and is a short adapter over the documented math in
+:mod:`agentic_rl.algos.advantages` / :mod:`agentic_rl.algos.gigpo` (``returns`` are value
+targets, for estimators with a critic). Adding an estimator: its function and hand-computed
+test, an adapter and an entry here; nothing else branches on estimator names.
+
+Shapes: ``B`` rows (training samples), ``T`` tokens, as in :mod:`agentic_rl.algos.advantages`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from agentic_rl.algos.advantages import (
+    dr_grpo_advantages,
+    gae_advantages,
+    grpo_advantages,
+    multi_conversation_advantages,
+    outcome_to_token_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+    trr_pp_advantages,
+    whiten_advantages,
+)
+from agentic_rl.algos.gigpo import gigpo_advantages
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator may read; the fields an estimator needs are named in its flags."""
+
+    rewards: Tensor
+    """[B] the outcome reward of each row's episode."""
+    mask: Tensor
+    """[B, T] loss mask (non-zero on policy tokens)."""
+    group_ids: Tensor
+    """[B] long: rows of one group (the episodes of one task) share an id."""
+    episode_index: Tensor | None = None
+    """[B] long: rows of one episode share it (step mode, context-budget segments,
+    multi-conversation samples); None = every row is its own episode."""
+    token_rewards: Tensor | None = None
+    """[B, T] step rewards on the last token of the turn that earned them (ppo)."""
+    values: Tensor | None = None
+    """[B, T] the critic's values before the update (ppo)."""
+    kl: Tensor | None = None
+    """[B, T] per-token KL to the reference, subtracted from the rewards (algo.kl_in_reward);
+    only estimators with ``kl_reward`` read it."""
+    kl_coef: float = 0.0
+    gamma: float = 1.0
+    lam: float = 1.0
+    step_returns: Tensor | None = None
+    """[B] discounted return from each step (gigpo)."""
+    step_group_ids: Tensor | None = None
+    """[B] long anchor-state step groups (gigpo)."""
+    gigpo_omega: float = 1.0
+    gigpo_norm: str = "mean_std_norm"
+    task_type_ids: Tensor | None = None
+    """[B] long task type of each row (trr_pp); None = one type."""
+    role_ids: Tensor | None = None
+    """[B] long role of each row (trr_pp); None = one role."""
+
+
+AdvantageFn = Callable[[AdvantageInputs], tuple[Tensor, Tensor | None]]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator: its adapter and what it needs from the trainer."""
+
+    fn: AdvantageFn
+    sequence_level: bool
+    """One advantage per row (constant over its tokens): GSPO's sequence ratio needs this."""
+    per_episode: bool = False
+    """The advantage of an episode, computed once from its reward and group and copied to all
+    its rows: usable with rollout.mode=step and rollout.context_budget."""
+    step_wise: bool = False
+    """Trains step samples with step returns and anchor-state groups (GiGPO): needs
+    rollout.mode=step, an env with anchor states and the `gigpo` config section."""
+    needs_groups: bool = False
+    """Compares the samples of a group: rollout.group_size must be >= 2."""
+    needs_value_head: bool = False
+    """GAE with a critic: the trainer creates a value head and fills the old values."""
+    kl_reward: bool = False
+    """Takes the KL as a per-token reward penalty: algo.kl_in_reward is allowed."""
+    task_buckets: bool = False
+    """Normalises within (task type x role) buckets read from algo.trr_type_field /
+    algo.trr_role_field."""
+    loss_agg: str = "seq-mean-token-mean"
+    """The loss aggregation the method prescribes, used when algo.loss_agg is not set."""
+
+
+def _per_episode(estimate: Callable[[Tensor, Tensor], Tensor], x: AdvantageInputs) -> Tensor:
+    """``estimate(episode rewards [E], episode groups [E]) -> [E]`` on each episode's first row,
+    copied to every row of the episode (MemAgent's multi-conversation advantage; in step mode,
+    every step), then to each row's masked tokens."""
+    n = x.rewards.shape[0]
+    index = x.episode_index if x.episode_index is not None else torch.arange(n)
+    _, inverse = torch.unique(index, return_inverse=True)
+    rows = torch.arange(n, device=inverse.device)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.long, device=inverse.device)
+    first = first.scatter_reduce(0, inverse, rows, "amin")
+    episode_adv = estimate(x.rewards[first], x.group_ids[first])
+    return outcome_to_token_advantages(multi_conversation_advantages(episode_adv, inverse), x.mask)
+
+
+def _grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    return _per_episode(grpo_advantages, x), None
+
+
+def _dr_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    return _per_episode(dr_grpo_advantages, x), None
+
+
+def _rloo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    return _per_episode(rloo_advantages, x), None
+
+
+def _reinforce_pp(x: AdvantageInputs) -> tuple[Tensor, None]:
+    kl_coef = x.kl_coef if x.kl is not None else 0.0
+    return reinforce_pp_advantages(x.rewards, x.mask, x.kl, kl_coef, gamma=x.gamma), None
+
+
+def _reinforce_pp_baseline(x: AdvantageInputs) -> tuple[Tensor, None]:
+    return reinforce_pp_baseline_advantages(x.rewards, x.group_ids, x.mask), None
+
+
+def _ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    if x.values is None:
+        raise ValueError("ppo needs old values: run the value head before compute_advantages")
+    if x.token_rewards is None:
+        raise ValueError("ppo needs the token rewards (TrainBatch.token_rewards)")
+    rewards = x.token_rewards if x.kl is None else x.token_rewards - x.kl_coef * x.kl
+    adv, returns = gae_advantages(rewards, x.values, x.mask, gamma=x.gamma, lam=x.lam)
+    return whiten_advantages(adv, x.mask), returns
+
+
+def _gigpo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    if x.step_returns is None or x.step_group_ids is None:
+        raise ValueError("gigpo needs step returns and step groups: use collate_episodes")
+    adv = gigpo_advantages(
+        x.rewards,
+        x.group_ids,
+        x.step_returns,
+        x.step_group_ids,
+        omega=x.gigpo_omega,
+        norm=x.gigpo_norm,
+    )
+    return outcome_to_token_advantages(adv, x.mask), None
+
+
+def _trr_pp(x: AdvantageInputs) -> tuple[Tensor, None]:
+    zeros = torch.zeros(x.rewards.shape[0], dtype=torch.long, device=x.rewards.device)
+    types = x.task_type_ids if x.task_type_ids is not None else zeros
+    roles = x.role_ids if x.role_ids is not None else zeros
+    return trr_pp_advantages(x.rewards, types, roles, x.mask), None
+
+
+# `algo.name`.
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(_grpo, sequence_level=True, per_episode=True, needs_groups=True),
+    "dr_grpo": Estimator(
+        _dr_grpo,
+        sequence_level=True,
+        per_episode=True,
+        needs_groups=True,
+        loss_agg="seq-mean-token-sum-norm",  # Dr. GRPO: sum over tokens / a constant length
+    ),
+    "rloo": Estimator(_rloo, sequence_level=True, per_episode=True, needs_groups=True),
+    "reinforce_pp": Estimator(_reinforce_pp, sequence_level=False, kl_reward=True),
+    "reinforce_pp_baseline": Estimator(
+        _reinforce_pp_baseline, sequence_level=True, needs_groups=True
+    ),
+    "ppo": Estimator(_ppo, sequence_level=False, needs_value_head=True, kl_reward=True),
+    "gigpo": Estimator(_gigpo, sequence_level=True, step_wise=True, needs_groups=True),
+    "trr_pp": Estimator(_trr_pp, sequence_level=True, task_buckets=True),
+}

@@ -1,0 +1,267 @@
+"""The env registry: env name -> env class (`ENVS`) and -> task generator (`TASKS`).
+
+The one source of truth for which envs exist: config validation, the trainer, `agentic-rl
+check-env` and the Ray env workers all read it. Three ways in:
+
+- the built-in envs, listed below;
+- `register_env(name, EnvClass, make_tasks)` in the user's own script (in-process only);
+- installed plugins: a package declares an entry point in the group `agentic_rl.envs`, named
+  after the env, whose value loads an `EnvEntry(env, tasks)` (or a plain `(env, tasks)` pair):
+
+      [project.entry-points."agentic_rl.envs"]
+      dictionary = "my_pkg.envs:DICTIONARY"      # DICTIONARY = EnvEntry(DictionaryEnv, make_tasks)
+
+  Plugins are discovered once, when the registry is first consulted (only the entry points'
+  names are read then); each is imported the first time its env is used. A plugin that fails
+  to import, loads something else, or takes the name of an env that already exists raises
+  `PluginError` naming the entry point and its distribution.
+
+A task generator is `make_tasks(split, n, seed, **options) -> list[Task]` with split "train"
+or "eval". A recipe passes env-specific settings through `env.options`: each key goes to the env
+constructor and/or to the task generator's keyword-only parameter of the same name
+(`split_options`). An env class that sets `anchor_states = True` promises that its observations
+carry `Observation.anchor` (the state GiGPO groups steps on).
+
+Read the registry through the functions here (`env_names`, `env_class`, `task_generator`,
+`make_env`...), not the dicts: they load plugins first.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from agentic_rl.config.parse import ConfigError
+from agentic_rl.envs.artist import MultiToolMathEnv
+from agentic_rl.envs.bandit import BanditEnv, make_bandit_tasks
+from agentic_rl.envs.base import Env
+from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.code_repair import CodeRepairEnv, make_code_repair_tasks
+from agentic_rl.envs.code_self_play import CodeSelfPlayEnv, make_self_play_tasks
+from agentic_rl.envs.countdown import CountdownEnv, make_countdown_tasks
+from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
+from agentic_rl.envs.gym_text import (
+    FrozenLakeEnv,
+    GymTextEnv,
+    make_frozenlake_tasks,
+    make_gym_text_tasks,
+)
+from agentic_rl.envs.math_tasks import make_math_tasks
+from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
+from agentic_rl.envs.multihop import MultiHopQAEnv, make_multihop_tasks
+from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
+from agentic_rl.envs.sokoban import SokobanEnv, make_sokoban_tasks
+from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
+from agentic_rl.types import Task
+
+ENTRY_POINT_GROUP = "agentic_rl.envs"
+
+ENVS: dict[str, type] = {
+    "calculator": CalculatorEnv,
+    "search_qa": SearchQAEnv,
+    "gridworld": GridWorldEnv,
+    "multihop_qa": MultiHopQAEnv,
+    "zerosearch_qa": ZeroSearchQAEnv,
+    "web_qa": WebQAEnv,
+    "math_tool": MathToolEnv,
+    "math_text": TextOnlyMathEnv,
+    "math_multitool": MultiToolMathEnv,
+    "code_repair": CodeRepairEnv,
+    "code_self_play": CodeSelfPlayEnv,
+    "sokoban": SokobanEnv,
+    "frozenlake": FrozenLakeEnv,
+    "gym_text": GymTextEnv,
+    "bandit": BanditEnv,
+    "countdown": CountdownEnv,
+}
+TASKS: dict[str, Callable[..., list[Task]]] = {
+    "calculator": make_calculator_tasks,
+    "search_qa": make_search_qa_tasks,
+    "gridworld": make_gridworld_tasks,
+    "multihop_qa": make_multihop_tasks,
+    "zerosearch_qa": make_multihop_tasks,
+    "web_qa": make_multihop_tasks,
+    "math_tool": make_math_tasks,
+    "math_text": make_math_tasks,
+    "math_multitool": make_math_tasks,
+    "code_repair": make_code_repair_tasks,
+    "code_self_play": make_self_play_tasks,
+    "sokoban": make_sokoban_tasks,
+    "frozenlake": make_frozenlake_tasks,
+    "gym_text": make_gym_text_tasks,
+    "bandit": make_bandit_tasks,
+    "countdown": make_countdown_tasks,
+}
+# Parameters the trainer fills itself; `env.options` may not set them.
+RESERVED = ("split", "n", "seed", "self")
+
+
+class EnvEntry(NamedTuple):
+    """What an `agentic_rl.envs` entry point loads: the env class and its task generator."""
+
+    env: type
+    tasks: Callable[..., list[Task]]
+
+
+class PluginError(ConfigError):
+    """An env plugin (entry point) that cannot be used; the message names it."""
+
+
+# Plugins discovered but not imported yet: env name -> entry point. None = not discovered yet.
+_pending: dict[str, importlib.metadata.EntryPoint] | None = None
+
+
+def _describe(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    where = f" from distribution '{dist.name}'" if dist is not None else ""
+    return f"env plugin '{ep.name}' (entry point {ep.value!r} in group {ENTRY_POINT_GROUP}{where})"
+
+
+def _discover() -> dict[str, importlib.metadata.EntryPoint]:
+    """The plugins' entry points by env name, read once (names only: nothing is imported)."""
+    global _pending
+    if _pending is None:
+        found: dict[str, importlib.metadata.EntryPoint] = {}
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in ENVS:
+                raise PluginError(f"{_describe(ep)} takes the name of an existing env: rename it")
+            if ep.name in found:
+                raise PluginError(
+                    f"{_describe(ep)} and {_describe(found[ep.name])} register the same env name"
+                )
+            found[ep.name] = ep
+        _pending = found
+    return _pending
+
+
+def _load_plugin(name: str) -> None:
+    ep = _discover().get(name)
+    if ep is None:
+        return
+    try:
+        loaded = ep.load()
+    except Exception as err:
+        raise PluginError(f"{_describe(ep)} failed to load: {type(err).__name__}: {err}") from err
+    try:
+        env, tasks = loaded
+    except (TypeError, ValueError):
+        raise PluginError(
+            f"{_describe(ep)} must load an EnvEntry(env, tasks) (or an (env class, task "
+            f"generator) pair), got {type(loaded).__name__}"
+        ) from None
+    try:
+        _check_entry(name, env, tasks)
+    except (TypeError, ValueError) as err:
+        raise PluginError(f"{_describe(ep)}: {err}") from None
+    del _discover()[name]
+    ENVS[name], TASKS[name] = env, tasks
+
+
+def _check_entry(name: str, env: Any, tasks: Any) -> None:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"env name {name!r} must be a Python identifier (e.g. 'my_env')")
+    if not inspect.isclass(env):
+        raise TypeError(f"the env must be a class, got {type(env).__name__}")
+    for method in ("reset", "step"):
+        if not callable(getattr(env, method, None)):
+            raise TypeError(f"env class {env.__name__} has no {method}() method")
+    if not callable(tasks):
+        raise TypeError(f"the task generator must be callable, got {type(tasks).__name__}")
+    params = inspect.signature(tasks).parameters
+    positional = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in params.values()):
+        raise TypeError(
+            f"task generator {getattr(tasks, '__name__', tasks)!r} must take "
+            "(split, n, seed, **options)"
+        )
+
+
+def register_env(
+    name: str, env: type, tasks: Callable[..., list[Task]], replace: bool = False
+) -> None:
+    """Make `name` usable as `env.name` in this process: `env` is the env class, `tasks` its
+    task generator `(split, n, seed, **options) -> list[Task]`. An existing name (built-in or
+    plugin) is an error unless `replace`. Processes started elsewhere (Ray env workers) do not
+    see it: register those envs through an entry point."""
+    _check_entry(name, env, tasks)
+    if not replace and (name in ENVS or name in _discover()):
+        raise ValueError(f"env {name!r} is already registered (pass replace=True to replace it)")
+    _discover().pop(name, None)
+    ENVS[name], TASKS[name] = env, tasks
+
+
+def env_names() -> list[str]:
+    """Every env name: built-in, registered and installed plugins (not imported by this)."""
+    return sorted(set(ENVS) | set(_discover()))
+
+
+def _require(name: str) -> None:
+    _load_plugin(name)
+    if name not in ENVS or name not in TASKS:
+        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(env_names())}")
+
+
+def env_class(name: str) -> type:
+    """The env class registered as `name` (a plugin is imported on first use)."""
+    _require(name)
+    return ENVS[name]
+
+
+def task_generator(name: str) -> Callable[..., list[Task]]:
+    """The task generator registered as `name`."""
+    _require(name)
+    return TASKS[name]
+
+
+def has_anchor_states(name: str) -> bool:
+    """Whether env `name` declares `anchor_states = True` (observations carry an anchor)."""
+    return bool(getattr(env_class(name), "anchor_states", False))
+
+
+def anchored_env_names() -> list[str]:
+    """Loaded envs (built-in and registered) that declare anchor states."""
+    return sorted(name for name, cls in ENVS.items() if getattr(cls, "anchor_states", False))
+
+
+def _parameters(fn: Callable[..., Any]) -> set[str]:
+    return {
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in RESERVED
+    }
+
+
+def env_parameters(name: str) -> set[str]:
+    """Constructor keyword arguments the env `name` accepts."""
+    return _parameters(env_class(name).__init__)
+
+
+def task_parameters(name: str) -> set[str]:
+    """Keyword arguments (beyond split, n, seed) the task generator of `name` accepts."""
+    return _parameters(task_generator(name))
+
+
+def split_options(name: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(env kwargs, task kwargs) from `env.options`; a key both accept goes to both, so the
+    tasks and the env agree (e.g. `num_entities`). Unknown keys raise ValueError naming them."""
+    env_keys, task_keys = env_parameters(name), task_parameters(name)
+    unknown = sorted(set(options) - env_keys - task_keys)
+    if unknown:
+        raise ValueError(
+            f"env.options has {', '.join(unknown)}, which env {name!r} does not take "
+            f"(valid: {', '.join(sorted(env_keys | task_keys))})"
+        )
+    return (
+        {k: v for k, v in options.items() if k in env_keys},
+        {k: v for k, v in options.items() if k in task_keys},
+    )
+
+
+def make_env(name: str, **kwargs: Any) -> Env:
+    """Build the env called `name` with constructor `kwargs`."""
+    return env_class(name)(**kwargs)  # type: ignore[no-any-return]

@@ -1,0 +1,46 @@
+"""Every script in examples/ runs, as a newcomer would run it, in its cheap tiny-model mode."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+
+# file -> (arguments after the script, with {out} for a scratch folder; output patterns)
+EXAMPLES = {
+    "custom_env.py": (
+        ["--out", "{out}"],
+        [r"check_env: ok", r"trained 2 steps: success \d\.\d\d"],
+    ),
+    "byo_agent.py": (
+        ["--out", "{out}", "--questions", "1", "--group-size", "2", "--max-tokens", "4"],
+        [r"q0-0-0: reward -?\d\.\d{3}, \d+ tool calls", r"GRPO update on 2 episodes"],
+    ),
+}
+SLOW = {"byo_agent.py"}  # starts its own policy server (also run in-process by tests/serving)
+
+
+def test_every_example_is_run_here():
+    assert sorted(p.name for p in EXAMPLES_DIR.glob("*.py")) == sorted(EXAMPLES)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else []) for name in EXAMPLES],
+)
+def test_example_runs(name, tmp_path):
+    args, patterns = EXAMPLES[name]
+    command = [sys.executable, str(EXAMPLES_DIR / name)]
+    command += [arg.format(out=tmp_path / "out") for arg in args]
+    result = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    for pattern in patterns:
+        assert re.search(pattern, result.stdout), f"{pattern!r} not in:\n{result.stdout[-3000:]}"
