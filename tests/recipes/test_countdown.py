@@ -12,6 +12,7 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
+from agentic_rl.envs.countdown import score_countdown
 from agentic_rl.learner.batch import Episodes
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.batch import prepare_batch
@@ -21,14 +22,23 @@ from agentic_rl.train.setup import build
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
 
 
+def wrong_value(numbers, target):
+    """An expression over exactly `numbers` that misses `target` (scores 0.1)."""
+    for sep in (" + ", " * ", " - "):
+        text = sep.join(str(n) for n in numbers)
+        if score_countdown(text, numbers, target) == 0.1:
+            return text
+    raise AssertionError("every candidate hits the target")
+
+
 def four_answers(marker):
     def script(ep, index, turn):
-        numbers = ep.task.fields["numbers"]
+        numbers, target = ep.task.fields["numbers"], ep.task.fields["target"]
         return [
             ep.env.expert_turn(),  # right: 1.0
-            "<answer>" + " + ".join(str(n) for n in numbers) + " + 0 - 0</answer>",  # extra 0s
-            "<answer>" + " * ".join(str(n) for n in numbers[:-1]) + "</answer>",  # one missing
-            f"<answer>__import__('os').system('touch {marker}')</answer>",  # code: never run
+            f"<answer>{wrong_value(numbers, target)}</answer>",  # right numbers, wrong value: 0.1
+            "<answer>" + " * ".join(str(n) for n in numbers[:-1]) + "</answer>",  # one missing: 0
+            f"<answer>__import__('os').system('touch {marker}')</answer>",  # code, never run: 0
         ][index % 4]
 
     return script
@@ -52,23 +62,8 @@ def test_countdown_reward_is_the_exact_verifier(tmp_path, scripted):
     task = setup.train_tasks[0]
     marker = tmp_path / "ran"
     samples = play(setup, [task] * 4, ["g"] * 4, scripted(four_answers(marker)), seed=0)
-    rewards = [s[0].reward for s in samples]
-    # the second answer uses two extra numbers (0, 0): wrong numbers, 0 like the third
-    assert rewards == [1.0, 0.0, 0.0, 0.0] and not marker.exists()
-    wrong_value = play(
-        setup,
-        [task],
-        ["h"],
-        scripted(
-            lambda ep, i, t: (
-                "<answer>" + " - ".join(map(str, ep.task.fields["numbers"])) + "</answer>"
-            )
-        ),
-        seed=0,
-    )[0][0]
-    numbers, target = task.fields["numbers"], task.fields["target"]
-    value = numbers[0] - sum(numbers[1:])
-    assert wrong_value.reward == pytest.approx(1.0 if value == target else 0.1)
+    assert [s[0].reward for s in samples] == [1.0, pytest.approx(0.1), 0.0, 0.0]
+    assert not marker.exists()
     batch = prepare_batch(setup, Episodes(samples, [task] * 4))
     adv = [float(batch.advantages[i][batch.loss_mask[i] > 0][0]) for i in range(4)]
-    assert adv[0] > 0 > adv[1] and adv[1] == pytest.approx(adv[2]) == pytest.approx(adv[3])
+    assert adv[0] > 0 > adv[1] > adv[2] and adv[2] == pytest.approx(adv[3])

@@ -200,3 +200,60 @@ def test_two_runs_compare(driver, report, tmp_path):
     scroll_to(driver, "sec-curves")
     driver.save_screenshot(str(tmp_path / "compare.png"))
     assert console_errors(driver) == []
+
+
+@pytest.fixture(scope="module")
+def large_run(tmp_path_factory) -> Path:
+    """A synthetic run of 100 steps x 64 episodes of 300 tokens (6,400 trajectories)."""
+    import json
+    import random
+
+    from agentic_rl.learner.batch import Episodes
+    from agentic_rl.train.trajectory_log import TrajectoryLog
+    from agentic_rl.types import Trajectory
+
+    class Words:
+        def decode(self, ids):
+            return "".join(f" w{i}" for i in ids)
+
+    run = tmp_path_factory.mktemp("large") / "large"
+    log = TrajectoryLog(run, Words(), per_step=-1)
+    rng = random.Random(0)
+    mask = [0] * 100 + [1] * 100 + [0] * 50 + [1] * 50
+    with (run / "metrics.jsonl").open("w") as f:
+        for step in range(1, 101):
+            trajs = [
+                Trajectory(
+                    token_ids=[rng.randrange(5000) for _ in mask],
+                    loss_mask=mask,
+                    logprobs=[-rng.random() * m for m in mask],
+                    prompt_length=100,
+                    turn_spans=[(100, 200), (250, 300)],
+                    step_rewards=[0.0, float(e % 2)],
+                    reward=float(e % 2),
+                    group_id=f"{step}:task{e // 8}",
+                )
+                for e in range(64)
+            ]
+            log.write_step(step, Episodes([[t] for t in trajs], [None] * len(trajs)))
+            record = {"step": step, "time": step * 10.0, "train/reward": rng.random()}
+            f.write(json.dumps(record) + "\n")
+    return run
+
+
+def test_a_large_run_opens_fast(driver, large_run, tmp_path):
+    start = time.time()
+    report = write_report([large_run], tmp_path / "large.html")
+    assert time.time() - start < 60
+    assert report.stat().st_size < 20e6
+    start = time.time()
+    open_page(driver, report)
+    assert time.time() - start < 30  # ~5 s on a loaded 2-core machine
+    # lazy: the list shows a page of rows, and no token is rendered before one is opened
+    assert len(driver.find_elements("css selector", "tr.traj-row")) == 50
+    assert driver.find_elements("css selector", ".tok") == []
+    note = driver.find_element("id", "sampled-note").text
+    assert "of 6400 logged trajectories" in note
+    driver.find_elements("css selector", "tr.traj-row")[0].click()
+    assert len(driver.find_elements("css selector", "#tokens .tok")) == 300
+    assert console_errors(driver) == []

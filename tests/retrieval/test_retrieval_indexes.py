@@ -111,10 +111,13 @@ def test_build_errors(tmp_path, toy_corpus, indexes):
     with pytest.raises(FileExistsError, match="not empty"):
         build_index(toy_corpus, "bm25", indexes["bm25"])
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "1", "contents": "no quotes"}\n')
-    with pytest.raises(CorpusError, match=r"bad.jsonl:1"):
-        build_index(bad, "bm25", tmp_path / "never")
+    bad.write_text('{"id": "1", "contents": "no quotes"}\n{"id": 2, \n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: not valid JSON"):
+        build_index(bad, "bm25", tmp_path / "never", strict=True)
     assert not (tmp_path / "never").exists() and not (tmp_path / ".never.building").exists()
+    # Not strict: the line without a quoted title is read, the broken one skipped and counted.
+    report = read_meta(build_index(bad, "bm25", tmp_path / "lenient"))["corpus_report"]
+    assert report["readings"] == {"no title": 1} and report["skipped_lines"] == 1
     with pytest.raises(ValueError, match="embeddings for"):
         build_index(toy_corpus, "dense", tmp_path / "d", embeddings=np.zeros((3, 384)))
 

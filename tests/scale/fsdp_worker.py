@@ -27,6 +27,7 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.model.critic import Critic
 from agentic_rl.model.load import ValueHead, frozen_copy, load_tokenizer, tiny_model
 from agentic_rl.scale.fsdp import DataParallel, ShardedGenerator, init_process_group
 from agentic_rl.types import SamplingParams, Trajectory
@@ -43,6 +44,8 @@ CASES = {
         "learner.strategy=fsdp2",
         "learner.defer_grad_sync=true",
     ],
+    # a separate critic (its own backbone, sharded per layer like the policy; its own clipping)
+    "ppo_separate": ["algo.name=ppo", "algo.critic=separate", "optim.micro_batch_size=2"],
     # no clipping: the gradient norm comes from the sharded gradients; layers recomputed in
     # the backward pass (activation checkpointing inside FSDP units)
     "noclip": [
@@ -87,9 +90,12 @@ def models(cfg, base: nn.Module, dp: DataParallel | None):
     value_head = None
     if cfg.algo.name == "ppo":
         value_head = ValueHead(base.config.hidden_size)
+        if cfg.algo.critic == "separate":
+            value_head = Critic(base)
         with torch.random.fork_rng():
             torch.manual_seed(3)
-            nn.init.normal_(value_head.proj.weight, std=0.1)
+            head = value_head.head if isinstance(value_head, Critic) else value_head
+            nn.init.normal_(head.proj.weight, std=0.1)
     if dp is not None:
         policy = dp.shard_lm(policy)
         reference = dp.shard_lm(reference) if reference is not None else None
@@ -123,6 +129,8 @@ def run_case(name, overrides, base, rank, world_size, out) -> dict:
     dp = DataParallel(cfg.learner, rank, world_size, torch.device("cpu"))
     single = models(cfg, base, None)
     sharded = models(cfg, base, dp)
+    if isinstance(sharded[2], Critic):  # as start_from_policy after a warm start (no-op here)
+        sharded[2].copy_backbone_from(sharded[0])
     result: dict = {}
     batches = [prepare(cfg, *m[:3], d) for m, d in ((single, None), (sharded, dp))]
     for field in ("ref_logprobs", "old_values", "advantages"):
@@ -137,7 +145,7 @@ def run_case(name, overrides, base, rank, world_size, out) -> dict:
     result["grads"] = max(maxdiff(one[k].grad, two[k].grad) for k in one)
     result["weights"] = max(maxdiff(one[k], two[k]) for k in one)
     result["moved"] = max(maxdiff(one[k], p) for k, p in named(base, None).items())
-    if name == "ppo_defer":
+    if name in ("ppo_defer", "ppo_separate"):
         result.update(check_resume(cfg, base, dp, sharded, batches[1], out))
     if name == "grpo_kl":
         result.update(check_generator(base, dp, single[0], sharded[0]))
@@ -147,7 +155,7 @@ def run_case(name, overrides, base, rank, world_size, out) -> dict:
 def check_resume(cfg, base, dp, trained, batch, out) -> dict:
     """Save, load into fresh sharded models, take one more step with both: same weights."""
     policy, _, value_head, optimizer = trained
-    run = out / "run"
+    run = out / ("run" if cfg.algo.critic == "shared" else "run_critic")
     if dp.is_main:
         run.mkdir(parents=True, exist_ok=True)
         (run / "config.json").write_text(json.dumps(cfg.to_dict()))

@@ -127,14 +127,22 @@ def test_stale_tokens_are_weighted_by_the_truncated_importance_ratio(tiny, token
 
 
 def test_correct_stale_takes_the_ratio_against_the_proximal_policy(tiny, tokenizer):
+    """correct_stale marks the batch; the learner recomputes pi_old = pi_prox once before its
+    first step (two epochs) and keeps the generator's logprobs as pi_behav."""
     cfg = load_config(None, ["model.name=tiny", "rollout.max_staleness=1", "algo.epochs=2"])
     batch = _stale_batch(tiny, tokenizer, 0.0)
     behaviour = batch.old_logprobs - 0.3 * batch.loss_mask  # as sampled by older weights
     batch.old_logprobs, batch.behav_logprobs = behaviour.clone(), None
     correct_stale(SimpleNamespace(cfg=cfg, policy=tiny), batch)
-    assert torch.equal(batch.behav_logprobs, behaviour)
+    assert batch.stale and torch.equal(batch.behav_logprobs, behaviour)
+    compute_advantages(batch, cfg.algo)
+    model = copy.deepcopy(tiny)
+    metrics = update(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, cfg)
     proximal, _ = forward_no_grad(tiny, batch, 64, 8)
     torch.testing.assert_close(batch.old_logprobs, proximal)
+    assert torch.equal(batch.behav_logprobs, behaviour)
+    # every token: pi_prox / pi_behav = e^0.3 = 1.35, under algo.stale_is_cap
+    assert metrics["rollout_correction_weight"] == pytest.approx(math.exp(0.3), rel=1e-4)
 
 
 SMOKE = [

@@ -80,7 +80,7 @@ def worker(tmp_path_factory) -> tuple[dict, Path]:
     return json.loads((out / "results.json").read_text()), out
 
 
-@pytest.mark.parametrize("case", ["grpo_kl", "ppo_defer", "noclip"])
+@pytest.mark.parametrize("case", ["grpo_kl", "ppo_defer", "ppo_separate", "noclip"])
 def test_sharded_update_matches_single_process(worker, case):
     """Same batch: the two-process FSDP2 update gives the single-process loss, metrics,
     reference logprobs, values, gradients and new weights."""
@@ -134,6 +134,16 @@ def test_sharded_checkpoint_saves_and_resumes(worker):
     assert result["loaded"] == 0.0 and result["moments"] == 0.0
     assert result["optimizer_entries"] == 22  # 20 policy tensors + the value head's 2
     assert result["resumed_step"] == 0.0  # the next step from the loaded state is identical
+
+
+def test_sharded_separate_critic_saves_and_resumes(worker):
+    """algo.critic=separate under fsdp2: the critic (its own backbone) is sharded per layer,
+    checkpointed with the policy and resumed exactly."""
+    result = worker[0]["ppo_separate"]
+    assert result["metrics"][0]["critic_grad_norm"] > 0
+    assert result["loaded"] == 0.0 and result["moments"] == 0.0
+    assert result["optimizer_entries"] == 20 + 20 + 2  # policy, critic backbone, value head
+    assert result["resumed_step"] == 0.0
 
 
 def test_resuming_with_another_world_size_is_a_clear_error(worker, tmp_path):

@@ -95,7 +95,11 @@ class UserPool:
         self.uid = uid
         self.size = size
         self.limits = limits
-        reply = self._ask(op="start", size=size, limits=limits.to_dict())
+        try:
+            reply = self._ask(op="start", size=size, limits=limits.to_dict())
+        except BaseException:
+            self.close()
+            raise
         self.isolation: dict[str, Any] = reply["isolation"]
         self.trainer_pid: int = reply["pid"]
 

@@ -146,3 +146,25 @@ def test_cli_hook_adds_serve_sandbox():
     args = parser.parse_args(["serve-sandbox", "--port", "9123", "--workers", "3"])
     assert args.port == 9123 and args.workers == 3 and args.host == "127.0.0.1"
     assert callable(args.fn) and args.backend == "auto"
+
+
+def test_serve_sandbox_has_the_allow_unisolated_switch(monkeypatch, capsys):
+    import argparse
+
+    from agentic_rl.tools.sandbox import cli, server
+    from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
+
+    parser = argparse.ArgumentParser()
+    cli.add_sandbox_command(parser.add_subparsers())
+    assert parser.parse_args(["serve-sandbox"]).allow_unisolated is False
+    args = parser.parse_args(["serve-sandbox", "--allow-unisolated", "--port", "0"])
+    seen = {}
+
+    def refuse(host, port, workers, limits, backend):
+        seen["limits"] = limits
+        raise SandboxUnavailableError("refusing to run model code without isolation: ...")
+
+    monkeypatch.setattr(server, "serve_sandbox", refuse)
+    assert args.fn(args) == 2  # a refusal is a clean error, not a traceback
+    assert seen["limits"].allow_unisolated is True
+    assert "refusing to run model code" in capsys.readouterr().out

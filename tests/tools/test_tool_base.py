@@ -1,10 +1,12 @@
 """Tool protocol, argument validation and call_tool's error, timeout and truncation handling."""
 
+import threading
 import time
 
 import pytest
 
 from agentic_rl.tools.base import (
+    MAX_HUNG_CALLS,
     FunctionTool,
     Tool,
     ToolError,
@@ -157,3 +159,43 @@ def test_call_tool_truncates_long_output():
 def test_truncate_leaves_short_text_alone():
     assert truncate("abc", 3) == "abc"
     assert truncate("abcd", 3) == "abc\n... [truncated 1 characters]"
+
+
+def _tool_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"tool-{name}"]
+
+
+def test_hung_tools_do_not_leak_threads():
+    # A hang in Python code: the timed-out thread is stopped, not left running.
+    def spin() -> str:
+        while True:
+            time.sleep(0.01)
+
+    tool = FunctionTool(spin, "spin", "never returns")
+    for _ in range(10):
+        outcome = call_tool(tool, {}, timeout_s=0.05)
+        assert outcome.error == "timeout"
+    deadline = time.monotonic() + 5
+    while _tool_threads("spin") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _tool_threads("spin") == []
+    assert call_tool(FunctionTool(lambda: "ok", "spin", "fine again"), {}, 1.0).text == "ok"
+
+
+def test_a_tool_blocked_for_good_gets_a_bounded_number_of_threads():
+    # Blocked in C (an Event that is never set): the thread cannot be stopped, so after
+    # MAX_HUNG_CALLS such calls the tool is refused at once instead of piling up threads.
+    release = threading.Event()
+    tool = FunctionTool(lambda: release.wait() and "late", "stuck", "blocks")
+    try:
+        outcomes = [call_tool(tool, {}, timeout_s=0.05) for _ in range(MAX_HUNG_CALLS + 6)]
+        assert all(o.error == "timeout" and not o.ok for o in outcomes)
+        assert "unavailable" in outcomes[-1].text
+        assert len(_tool_threads("stuck")) == MAX_HUNG_CALLS
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while _tool_threads("stuck") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _tool_threads("stuck") == []
+    assert call_tool(tool, {}, timeout_s=1.0).ok  # usable again once the hangs ended

@@ -138,6 +138,7 @@ def test_real_provider_parses_a_mocked_api(monkeypatch):
         title_key="name",
         url_key="link",
         snippet_key="text",
+        allowed_hosts=("pages.invalid",),
         transport=_mock_transport(seen),
     )
     hits = real.search("Hamfield river", 5)
@@ -192,3 +193,112 @@ def test_cache_record_then_replay(provider, tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"kind": "search"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1: bad cache line"):
         CachedWebProvider(None, tmp_path / "bad.jsonl", "replay")
+
+
+def _recording(seen, respond):
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return respond(request)
+
+    return httpx.MockTransport(handler)
+
+
+def _page(request: httpx.Request) -> httpx.Response:
+    if request.url.path == "/api":
+        return httpx.Response(200, json={"results": [{"title": "T", "url": "https://a.invalid/p"}]})
+    if request.url.path == "/to-metadata":
+        return httpx.Response(302, headers={"location": "http://169.254.169.254/latest/"})
+    if request.url.path == "/moved":
+        return httpx.Response(301, headers={"location": "/p2"})
+    return httpx.Response(200, text="page", headers={"content-type": "text/html"})
+
+
+def test_fetch_opens_only_search_results_or_allowed_hosts(monkeypatch):
+    monkeypatch.setenv("AGENTIC_RL_WEB_API_KEY", "k")
+    seen: list[str] = []
+    web = HttpSearchProvider(
+        "https://search.invalid/api", enabled=True, transport=_recording(seen, _page)
+    )
+    with pytest.raises(WebError, match="not allowed"):
+        web.fetch("https://a.invalid/p")  # the model made it up: nothing was searched yet
+    assert seen == []
+    assert web.search("q", 3)[0]["url"] == "https://a.invalid/p"
+    assert web.fetch("https://a.invalid/p") == "page"  # a search result may be opened
+    with pytest.raises(WebError, match="not allowed"):
+        web.fetch("https://elsewhere.invalid/")
+    listed = HttpSearchProvider(
+        "https://search.invalid/api",
+        enabled=True,
+        allowed_hosts=("b.invalid",),
+        transport=_recording(seen, _page),
+    )
+    assert listed.fetch("https://docs.b.invalid/x") == "page"  # subdomains of a listed host
+    assert listed.fetch("https://b.invalid/moved") == "page"  # a same-host redirect is fine
+    with pytest.raises(WebError, match="not allowed"):
+        listed.fetch("https://notb.invalid/x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8765/run",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.1.2.3/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://localhost:8000/retrieve",
+        "http://0.0.0.0/",
+    ],
+)
+def test_private_addresses_are_refused_even_when_any_host_is_allowed(url):
+    seen: list[str] = []
+    web = HttpSearchProvider(
+        "https://search.invalid/api",
+        enabled=True,
+        allowed_hosts=("*",),
+        transport=_recording(seen, _page),
+    )
+    with pytest.raises(WebError, match="not a public address"):
+        web.fetch(url)
+    assert seen == []  # no request was made
+
+
+def test_redirects_into_private_addresses_are_refused():
+    seen: list[str] = []
+    web = HttpSearchProvider(
+        "https://search.invalid/api",
+        enabled=True,
+        allowed_hosts=("a.invalid",),
+        transport=_recording(seen, _page),
+    )
+    with pytest.raises(WebError, match="not allowed|not a public address"):
+        web.fetch("https://a.invalid/to-metadata")
+    assert seen == ["https://a.invalid/to-metadata"]  # the redirect was not followed
+
+
+def test_pages_are_cut_at_the_size_limit_while_reading():
+    pulled = []
+
+    def endless():
+        while True:
+            pulled.append(1)
+            yield b"x" * 1000
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/declared":
+            return httpx.Response(
+                200, headers={"content-type": "text/html", "content-length": str(10**9)}
+            )
+        return httpx.Response(200, content=endless(), headers={"content-type": "text/plain"})
+
+    web = HttpSearchProvider(
+        "https://search.invalid/api",
+        enabled=True,
+        allowed_hosts=("a.invalid",),
+        max_page_bytes=10_000,
+        transport=httpx.MockTransport(respond),
+    )
+    assert len(web.fetch("https://a.invalid/endless")) == 10_000
+    assert len(pulled) <= 11  # reading stopped at the limit
+    with pytest.raises(WebError, match="too large"):
+        web.fetch("https://a.invalid/declared")

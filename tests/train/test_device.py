@@ -49,6 +49,10 @@ def test_device_names_resolve_as_on_a_machine_with_two_gpus(monkeypatch):
     assert resolve_device(cfg("trainer.device=cpu")) == CPU  # a GPU machine can still say cpu
     with pytest.raises(ConfigError, match="cuda:2 does not exist"):
         cfg("trainer.device=cuda:2")
+    # vLLM takes the first visible GPU: the learner must share it, not sit on another one.
+    assert resolve_device(cfg("rollout.backend=vllm")) == torch.device("cuda", 0)
+    with pytest.raises(ConfigError, match="the engine runs on the first visible GPU"):
+        cfg("rollout.backend=vllm", "trainer.device=cuda:1")
     # fsdp2: each torchrun process takes its own GPU, so the generation copy follows it.
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert resolve_device(cfg("learner.strategy=fsdp2")) == torch.device("cuda", 1)

@@ -58,7 +58,12 @@ def test_bf16_update_computes_in_bf16_and_keeps_float32_weights(tiny) -> None:
     trajs = _batch()
     models, dtypes = [], []
     for precision in ("no", "bf16"):
-        cfg = load_config(None, ["model.name=tiny", f"learner.mixed_precision={precision}"])
+        # One comparable step; the trajectories carry no behaviour logprobs (placeholder 0s),
+        # so no rollout correction (auto would weigh them: bf16 learner, fp32 rollouts).
+        one_step = ["algo.ppo_mini_batches=1", "algo.clip_high=0.2", "algo.rollout_correction=none"]
+        cfg = load_config(
+            None, ["model.name=tiny", f"learner.mixed_precision={precision}", *one_step]
+        )
         model = copy.deepcopy(tiny)
         seen = _linear_output_dtypes(model)
         batch = collate(trajs, 0)

@@ -121,7 +121,8 @@ def _layered_cache_available() -> bool:
 class HFGenerator:
     """`Generator` over a transformers causal LM living in this process.
 
-    The model object is shared with the learner on CPU, so `update_weights` has nothing to copy
+    The model object is shared with the learner, on its device (trainer.device: the CPU, or the
+    GPU, where sampling then runs too), so `update_weights` has nothing to copy
     (it accepts a state dict for generators that own a separate copy). `logprobs` are the
     behaviour logprobs: under the distribution each token was drawn from, softmax(logits / T)
     renormalised over the top-p nucleus (vLLM's "processed_logprobs"). The learner computes its
@@ -209,7 +210,10 @@ class HFGenerator:
             self._kv_store = {}
         seed = params[0].seed
         gen = torch.Generator(device="cpu")
-        gen.manual_seed(seed if seed is not None else torch.seed() % (2**63))
+        if seed is not None:
+            gen.manual_seed(seed)
+        else:  # a fresh seed for this generator alone: torch.seed() would reseed the global RNG
+            gen.seed()
 
         # Identical prompts (the G samples of a group) are prefilled once, then copied.
         unique: dict[tuple[int, ...], int] = {}

@@ -109,7 +109,13 @@ def resolve_device(cfg: Config) -> torch.device:
 
 def _validate_learner(cfg: Config) -> None:
     learner = cfg.learner
-    resolve_device(cfg)
+    device = resolve_device(cfg)
+    if cfg.rollout.backend == "vllm" and device.type == "cuda" and device.index:
+        raise ConfigError(
+            f"trainer.device={cfg.trainer.device} with rollout.backend=vllm: the engine runs on "
+            "the first visible GPU, cuda:0, and shares it with the learner; choose the GPU with "
+            "CUDA_VISIBLE_DEVICES and keep trainer.device=cuda"
+        )
     _check_choice("learner.strategy", learner.strategy, LEARNER_STRATEGIES)
     _check_choice("learner.mixed_precision", learner.mixed_precision, MIXED_PRECISION)
     precisions = (learner.mixed_precision, cfg.rollout.mixed_precision)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -344,10 +345,11 @@ def token_logprobs(
         weight = weight.to(torch.get_autocast_dtype(weight.device.type))
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1 - offset]  # [M, H]: the state that predicts token (row, col)
-    if temperature != 1.0:
-        # logits / T as (h / T) W^T: exact for a linear head without bias. A head that adds a
-        # bias or soft-caps the logits must divide its final logits by T instead.
+    if temperature != 1.0 and head.bias is None and not head.softcap:
+        # logits / T as (h / T) W^T: exact for a linear head without bias (the fast path)
         states = states / temperature
+    elif temperature != 1.0:  # a bias or a soft cap: the head divides its final logits by T
+        head = dataclasses.replace(head, temperature=temperature)
     targets = input_ids[rows, cols]  # [M]
     pieces_lp, pieces_ent = [], []
     step = max(chunk_size * batch, 1)

@@ -25,8 +25,9 @@ keeping p 2.48 -> 2.39 s; one weight cast per call and row blocks brought the up
 Output heads that are more than h W^T (`OutputHead`): the logits a model's own forward samples
 from are z = c tanh(u / c) with u = s (h W^T + b): an lm_head bias b (Phi, GPT-J, CodeGen), a
 scale s (Cohere's logit_scale, Granite's 1 / logits_scaling) and a soft cap c (Gemma-2's
-final_logit_softcapping). The softmax algebra above runs on z, and the chain rule adds
-dL/du = dL/dz (1 - tanh^2(u / c)) and dL/d(h W^T) = dL/db = s dL/du. The transform runs in
+final_logit_softcapping), then divided by the sampling temperature T (z / T, what the generator
+samples from). The softmax algebra above runs on z / T, and the chain rule adds
+dL/du = dL/dz (1 - tanh^2(u / c)) / T and dL/d(h W^T) = dL/db = s dL/du. The transform runs in
 float32 per row block; a plain head (no bias, s = 1, no cap) takes exactly the code path
 without it. A soft cap needs z in the backward pass, so it always recomputes (no kept p).
 
@@ -67,15 +68,19 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class OutputHead:
     """What a model's forward does to h W^T before its softmax: logits = c tanh(u / c),
-    u = scale (h W^T + bias); softcap c = 0 means no cap. See the module docstring."""
+    u = scale (h W^T + bias); softcap c = 0 means no cap; then the sampler's / temperature.
+    See the module docstring."""
 
     bias: torch.Tensor | None = None  # [V]
     scale: float = 1.0
     softcap: float = 0.0
+    temperature: float = 1.0
 
     @property
     def plain(self) -> bool:
-        return self.bias is None and self.scale == 1.0 and not self.softcap
+        return (
+            self.bias is None and self.scale == 1.0 and not self.softcap and self.temperature == 1
+        )
 
 
 PLAIN_HEAD = OutputHead()
@@ -92,18 +97,18 @@ def _logits(product: torch.Tensor, head: OutputHead) -> tuple[torch.Tensor, torc
     if head.scale != 1.0:
         u = u * head.scale
     if not head.softcap:
-        return u, None
+        return (u / head.temperature if head.temperature != 1 else u), None
     capped = torch.tanh(u / head.softcap)
-    return capped * head.softcap, capped
+    return capped * (head.softcap / head.temperature), capped
 
 
 class VocabLogprobs(torch.autograd.Function):
     """`apply(hidden [M, H], weight [V, H], bias [V] or None, targets [M], with_entropy,
-    entropy_grad, keep_probs, scale, softcap)` -> (logprobs [M], entropy [M]) in float32;
+    entropy_grad, keep_probs, scale, softcap, temperature)` -> (logprobs [M], entropy [M]) in float32;
     entropy is zeros without `with_entropy` and carries no gradient without `entropy_grad` (a
     logged metric). keep_probs: keep softmax(z) [M, V] in the weight's dtype for the backward
     pass instead of recomputing z (not used when the entropy needs a gradient, or with a soft
-    cap). bias, scale, softcap: the model's `OutputHead`."""
+    cap). bias, scale, softcap, temperature: the `OutputHead`."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
@@ -118,8 +123,9 @@ class VocabLogprobs(torch.autograd.Function):
         keep_probs: bool = False,
         scale: float = 1.0,
         softcap: float = 0.0,
+        temperature: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        head = OutputHead(bias, scale, softcap)
+        head = OutputHead(bias, scale, softcap, temperature)
         # One compute dtype, the weight's: token_logprobs casts it once per call under autocast.
         states = hidden.to(weight.dtype)
         product = F.linear(states, weight)  # [M, V]
@@ -148,7 +154,7 @@ class VocabLogprobs(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.entropy_grad = entropy_grad
         ctx.hidden_dtype = hidden.dtype
-        ctx.scale, ctx.softcap = scale, softcap
+        ctx.scale, ctx.softcap, ctx.temperature = scale, softcap, temperature
         ctx.save_for_backward(states, weight, bias, targets, log_z, entropy, kept)
         return logprobs, entropy
 
@@ -158,17 +164,17 @@ class VocabLogprobs(torch.autograd.Function):
         ctx: Any, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
         states, weight, bias, targets, log_z, entropy, kept = ctx.saved_tensors
-        head = OutputHead(bias, ctx.scale, ctx.softcap)
+        head = OutputHead(bias, ctx.scale, ctx.softcap, ctx.temperature)
         if not ctx.entropy_grad:
             grad_entropy = None
         if grad_logprobs is None and grad_entropy is None:
-            return (None,) * 9
+            return (None,) * 10
         if kept is not None and grad_logprobs is not None:
             # dL/dz = g (onehot(y) - p), in the weight's dtype like the products it feeds
             g = grad_logprobs.to(kept.dtype).unsqueeze(-1)
             grad_logits = (kept * g).neg_().scatter_add_(-1, targets.unsqueeze(-1), g)
-            if head.scale != 1.0:  # (no soft cap here: it always recomputes)
-                grad_logits.mul_(head.scale)
+            if head.scale != head.temperature:  # (no soft cap here: it always recomputes)
+                grad_logits.mul_(head.scale / head.temperature)
         else:
             grad_logits = _recomputed_grad_logits(
                 states, weight, targets, log_z, entropy, grad_logprobs, grad_entropy, head
@@ -180,7 +186,7 @@ class VocabLogprobs(torch.autograd.Function):
             grad_weight = grad_logits.t() @ states
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad_logits.sum(0, dtype=_float_dtype(grad_logits)).to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
 def _recomputed_grad_logits(
@@ -194,7 +200,7 @@ def _recomputed_grad_logits(
     head: OutputHead = PLAIN_HEAD,
 ) -> torch.Tensor:
     """dL/d(h W^T) [M, V] in the weight's dtype, from z recomputed: for a plain head
-    dL/dz = onehot(y) g - p (g + e (log p + H)), else that times s (1 - tanh^2(u / c))."""
+    dL/dz = onehot(y) g - p (g + e (log p + H)), else that times s (1 - tanh^2(u / c)) / T."""
     product = F.linear(states, weight)
     grad_logits = torch.empty_like(product)
     for rows in _row_blocks(len(product)):
@@ -213,8 +219,8 @@ def _recomputed_grad_logits(
             block.scatter_add_(-1, picked, grad_logprobs[rows].to(logp.dtype).unsqueeze(-1))
         if capped is not None:  # dz/du = 1 - tanh^2(u / c)
             block.mul_(1 - capped.square())
-        if head.scale != 1.0:
-            block.mul_(head.scale)
+        if head.scale != head.temperature:
+            block.mul_(head.scale / head.temperature)
         grad_logits[rows] = block
     return grad_logits
 
@@ -243,4 +249,5 @@ def vocab_logprobs(
         keep_probs,
         head.scale,
         head.softcap,
+        head.temperature,
     )

@@ -111,7 +111,7 @@ def _add_build(index_sub: Any) -> None:
     build.add_argument(
         "corpus",
         help='JSONL, one {"id", "contents"} per line (a title in quotes or not, a "title" '
-        'field, or none; see retrieval/corpus.py)',
+        "field, or none; see retrieval/corpus.py)",
     )
     build.add_argument(
         "--strict",

@@ -214,7 +214,9 @@ def read_corpus(path: str | Path, strict: bool = False) -> tuple[list[Document],
                 doc, reading = normalize_document(row, where)
                 first = seen.setdefault(doc["id"], lineno)
                 if first != lineno:
-                    raise CorpusError(f"{where}: duplicate id {doc['id']!r} (first on line {first})")
+                    raise CorpusError(
+                        f"{where}: duplicate id {doc['id']!r} (first on line {first})"
+                    )
             except CorpusError as err:
                 if strict:
                     raise

@@ -115,8 +115,10 @@ def decode(data, refs, depth=0):
     (tag, body), *_ = data.items()
     if tag == "bt":
         kind = getattr(builtins, str(body), None)
-        if not isinstance(kind, type) or issubclass(kind, BaseException) and not issubclass(
-            kind, Exception
+        if (
+            not isinstance(kind, type)
+            or issubclass(kind, BaseException)
+            and not issubclass(kind, Exception)
         ):
             raise ValueError(f"not a built-in type: {str(body)[:40]}")
         return kind

@@ -197,10 +197,13 @@ class PolicyService:
         return self.recorder.take_finished(limit)
 
     def _train_when_ready(self) -> dict[str, float] | None:
-        with self._train_lock:  # concurrent rewards: one of them trains, on whole groups
-            if self.recorder.ready() < self.train_every:
-                return None
-            return self.train(self.take_finished(self.train_every))
+        """Updates on whole complete groups while `train_every` episodes of them wait (more
+        than one when several groups completed at once); the last update's metrics."""
+        update = None
+        with self._train_lock:  # concurrent rewards: one of them trains
+            while self.recorder.ready() >= self.train_every:
+                update = self.train(self.take_finished(self.train_every))
+        return update
 
     def train(
         self, episodes: Episodes, optimizer: torch.optim.Optimizer | None = None

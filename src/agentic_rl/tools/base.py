@@ -8,7 +8,10 @@ a bad action from the model is data, not a crash.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -17,6 +20,14 @@ DEFAULT_RESULT_TAG = "information"
 """Tag the inline chat format wraps tool results in when a tool does not name its own."""
 
 MAX_ERROR_CHARS = 300
+MAX_HUNG_CALLS = 4
+"""Calls of one tool still running past their timeout before further calls are refused."""
+_hung: Counter = Counter()
+_hung_lock = threading.Lock()
+
+
+class ToolTimeout(BaseException):
+    """Raised inside a tool's thread once its call has timed out (ends Python-level hangs)."""
 
 
 @runtime_checkable
@@ -124,14 +135,21 @@ def call_tool(tool: Tool, arguments: Any, timeout_s: float, max_chars: int = 200
 
     The call runs in a daemon thread: a hung tool yields a timeout outcome after `timeout_s`
     and, being a daemon, cannot block the process from exiting (a ThreadPoolExecutor would,
-    since its workers are joined at exit). The hung thread itself cannot be killed; tools that
-    may hang for good should run out of process (a sandbox or server).
+    since its workers are joined at exit). The timed-out thread gets ToolTimeout raised in it,
+    which ends a hang in Python code at once and one blocked in C (a socket read) when that
+    returns; while MAX_HUNG_CALLS calls of a tool are still running, further calls of it are
+    refused instead of starting more threads. Tools that may hang for good should run out of
+    process (a sandbox or server).
     """
     name = getattr(tool, "name", "?")
     problem = validate_arguments(tool, arguments)
     if problem is not None:
         text = truncate(f"Error: invalid arguments for tool '{name}': {problem}", MAX_ERROR_CHARS)
         return ToolOutcome(text=text, ok=False, error="invalid_arguments")
+    with _hung_lock:
+        if _hung[name] >= MAX_HUNG_CALLS:
+            text = f"Error: tool '{name}' is unavailable: {_hung[name]} earlier calls still hang"
+            return ToolOutcome(text=text, ok=False, error="timeout")
 
     box: dict[str, Any] = {}
 
@@ -140,11 +158,25 @@ def call_tool(tool: Tool, arguments: Any, timeout_s: float, max_chars: int = 200
             box["result"] = str(tool(**arguments))
         except BaseException as exc:  # any failure, even SystemExit, becomes an observation
             box["error"] = exc
+        finally:
+            while not box.get("done"):  # exactly once, even if ToolTimeout lands in here
+                with contextlib.suppress(ToolTimeout), _hung_lock:
+                    if not box.get("done"):
+                        box["done"] = True
+                        _hung[name] -= 1 if box.get("abandoned") else 0
 
     thread = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
     thread.start()
     thread.join(timeout_s)
-    if thread.is_alive():
+    with _hung_lock:
+        timed_out = not box.get("done")
+        if timed_out:
+            box["abandoned"] = True
+            _hung[name] += 1
+    if timed_out:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident or 0), ctypes.py_object(ToolTimeout)
+        )
         return ToolOutcome(
             text=f"Error: tool '{name}' timed out after {timeout_s:g} s", ok=False, error="timeout"
         )

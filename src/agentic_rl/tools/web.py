@@ -7,7 +7,10 @@ Both tools sit behind a `WebProvider` (`search(query, k) -> [{"title", "url", "s
   as pages); what every test and CPU recipe uses. It never touches the network.
 - `HttpSearchProvider`: a generic HTTP JSON search API (endpoint, API key from an environment
   variable, a dotted path to the results list) plus plain HTTP page fetches. It is OFF by
-  default: it refuses to be built unless `enabled=True` or AGENTIC_RL_ENABLE_WEB=1.
+  default: it refuses to be built unless `enabled=True` or AGENTIC_RL_ENABLE_WEB=1. It fetches
+  only pages its own searches returned or hosts in `allowed_hosts` (never an arbitrary URL the
+  model writes), never a loopback, private or link-local address (redirects included), and
+  stops reading a reply at a size limit.
 - `CachedWebProvider`: record/replay JSONL cache in front of any provider (DeepResearcher trains
   against a cached web the same way; retrieval/client.py does this for the retriever), so a run
   can be repeated offline.
@@ -19,17 +22,21 @@ agent sees a message, the run goes on.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
 import re
+import socket
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urljoin, urlsplit
 
 from agentic_rl.tools.base import ToolError
 from agentic_rl.tools.page_reader import PageReader, html_title, html_to_text, looks_like_html
@@ -121,6 +128,19 @@ def _dig(payload: Any, path: str) -> Any:
     return payload
 
 
+def _host_matches(host: str, pattern: str) -> bool:
+    """ "example.org" matches example.org and its subdomains; "*" matches every host."""
+    pattern = pattern.lower().strip(".")
+    return pattern == "*" or host == pattern or host.endswith("." + pattern)
+
+
+def _public_ip(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
 @dataclass
 class HttpSearchProvider:
     """A generic HTTP JSON search API (GET endpoint?q=...&count=k) and HTTP page fetches.
@@ -129,7 +149,16 @@ class HttpSearchProvider:
     has AGENTIC_RL_ENABLE_WEB=1. The API key is read from the `api_key_env` variable at request
     time and sent as `api_key_header: api_key_prefix + key`. Results are the list at the dotted
     `results_path` of the reply; each item's title/url/snippet come from the `*_key` fields.
-    `transport` is an optional httpx transport (tests pass httpx.MockTransport)."""
+
+    `fetch` opens only URLs this provider's searches returned (`fetch_search_results`) or on a
+    host of `allowed_hosts` ("example.org" also allows its subdomains; "*" any public host):
+    a URL the model makes up is refused. Whatever the lists say, hosts that are or resolve to
+    loopback, private, link-local or other non-public addresses are refused, at every redirect
+    (followed by hand, at most `max_redirects`). Replies are read as a stream and cut at
+    `max_page_bytes` (a declared larger Content-Length is refused before reading), within
+    `timeout_s` in all. `transport` is an optional httpx transport (tests pass
+    httpx.MockTransport); with one, the address check covers IP literals and "localhost" only,
+    as no DNS is involved."""
 
     endpoint: str
     api_key_env: str = "AGENTIC_RL_WEB_API_KEY"
@@ -144,8 +173,14 @@ class HttpSearchProvider:
     api_key_prefix: str = "Bearer "
     timeout_s: float = 10.0
     max_page_chars: int = 1_000_000
+    max_page_bytes: int = 4_000_000
+    max_redirects: int = 5
+    allowed_hosts: tuple[str, ...] = ()
+    fetch_search_results: bool = True
     transport: Any = None
     _http: Any = field(default=None, init=False, repr=False)
+    _seen: set = field(default_factory=set, init=False, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (self.enabled or os.environ.get(ENABLE_ENV) == "1"):
@@ -156,7 +191,7 @@ class HttpSearchProvider:
         import httpx  # lazy: only real web users need it
 
         self._http = httpx.Client(
-            timeout=self.timeout_s, follow_redirects=True, transport=self.transport
+            timeout=self.timeout_s, follow_redirects=False, transport=self.transport
         )
 
     def _headers(self) -> dict[str, str]:
@@ -165,14 +200,73 @@ class HttpSearchProvider:
             raise WebError(f"web search is not configured: set {self.api_key_env}")
         return {self.api_key_header: self.api_key_prefix + key}
 
+    def _check_address(self, host: str) -> None:
+        """Refuse hosts that are, or resolve to, non-public addresses."""
+        try:
+            literal = [str(ipaddress.ip_address(host.strip("[]")))]
+        except ValueError:
+            literal = None
+        if literal is None and (host == "localhost" or host.endswith(".localhost")):
+            literal = ["127.0.0.1"]
+        if literal is None and self.transport is not None:
+            return  # no DNS behind a custom transport
+        try:
+            addresses = literal or [
+                info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            ]
+        except (OSError, UnicodeError):
+            raise WebError(f"could not resolve {host}") from None
+        if not addresses or not all(_public_ip(a) for a in addresses):
+            raise WebError(f"{host} is not a public address; fetching it is not allowed")
+
+    def _check_url(self, url: str, origin_host: str | None = None) -> None:
+        """May `url` be fetched? (origin_host: the host of a permitted URL redirecting here)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise WebError(f"not an http(s) url: {url}")
+        host = parts.hostname.lower().rstrip(".")
+        with self._lock:
+            from_search = self.fetch_search_results and url in self._seen
+        listed = any(_host_matches(host, pattern) for pattern in self.allowed_hosts)
+        if not (from_search or listed or host == origin_host):
+            raise WebError(
+                f"{url} is not allowed: only pages that web_search returned, or hosts the "
+                "provider allows (allowed_hosts), can be opened"
+            )
+        self._check_address(host)
+
+    def _get(self, url: str, params: Any = None, headers: Any = None, check: bool = True) -> Any:
+        """(final response, body bytes) for a GET: redirects followed by hand, each checked;
+        the body streamed and cut at max_page_bytes, within timeout_s."""
+        deadline = time.monotonic() + self.timeout_s
+        origin = None
+        for _ in range(self.max_redirects + 1):
+            if check:
+                self._check_url(url, origin)
+            with self._http.stream("GET", url, params=params, headers=headers) as response:
+                if response.is_redirect and "location" in response.headers:
+                    origin = urlsplit(url).hostname
+                    url, params = urljoin(str(response.url), response.headers["location"]), None
+                    continue
+                response.raise_for_status()
+                declared = int(response.headers.get("content-length") or 0)
+                if declared > self.max_page_bytes:
+                    raise WebError(f"{url} is too large ({declared:,} bytes)")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) >= self.max_page_bytes or time.monotonic() > deadline:
+                        break
+                return response, bytes(body[: self.max_page_bytes])
+        raise WebError(f"too many redirects from {url}")
+
     def search(self, query: str, k: int) -> list[SearchHit]:
         import httpx
 
         params = {self.query_param: query, self.count_param: k}
         try:
-            response = self._http.get(self.endpoint, params=params, headers=self._headers())
-            response.raise_for_status()
-            items = _dig(response.json(), self.results_path)
+            _, body = self._get(self.endpoint, params, self._headers(), check=False)
+            items = _dig(json.loads(body), self.results_path)
         except (httpx.HTTPError, ValueError) as exc:
             raise WebError(f"web search failed ({type(exc).__name__})") from None
         if not isinstance(items, list):
@@ -187,22 +281,26 @@ class HttpSearchProvider:
                         "snippet": str(item.get(self.snippet_key, "")),
                     }
                 )
+        self.allow_urls(hit["url"] for hit in hits)
         return hits
+
+    def allow_urls(self, urls: Iterable[str]) -> None:
+        """Let `fetch` open these URLs (search results; CachedWebProvider replays call this)."""
+        with self._lock:
+            self._seen.update(urls)
 
     def fetch(self, url: str) -> str:
         import httpx
 
-        if not re.match(r"https?://", url):
-            raise WebError(f"not an http(s) url: {url}")
         try:
-            response = self._http.get(url)
-            response.raise_for_status()
+            response, body = self._get(url)
         except httpx.HTTPError as exc:
             raise WebError(f"could not fetch {url} ({type(exc).__name__})") from None
         kind = response.headers.get("content-type", "text/html")
         if not kind.startswith(("text/", "application/xhtml")):
             raise WebError(f"{url} is not a text page ({kind})")
-        return response.text[: self.max_page_chars]
+        text = body.decode(response.charset_encoding or "utf-8", errors="replace")
+        return text[: self.max_page_chars]
 
     def close(self) -> None:
         self._http.close()
@@ -269,7 +367,11 @@ class CachedWebProvider:
     def search(self, query: str, k: int) -> list[SearchHit]:
         provider = self.provider
         row = {"kind": "search", "query": query, "k": k}
-        return self._get(row, lambda: provider.search(query, k))  # type: ignore[union-attr]
+        hits = self._get(row, lambda: provider.search(query, k))  # type: ignore[union-attr]
+        allow = getattr(provider, "allow_urls", None)
+        if allow is not None:  # a cached search still lets the provider open its results
+            allow(hit["url"] for hit in hits if isinstance(hit, Mapping) and "url" in hit)
+        return hits
 
     def fetch(self, url: str) -> str:
         provider = self.provider

@@ -219,6 +219,11 @@ def train(cfg: Config) -> dict[str, Any]:
             tensorboard=cfg.trainer.tensorboard,
             progress=cfg.trainer.progress,
             resume_step=state["step"] if last is not None else None,
+            wandb=(  # trainer.wandb: the same metrics to Weights & Biases (offline by default)
+                {"project": cfg.trainer.wandb_project, "name": out.name, "config": cfg.to_dict()}
+                if cfg.trainer.wandb and main
+                else None
+            ),
         ) as logger,
         rollout_source(setup, collector(cfg)) as collect_fn,  # the async worker, the Ray env pool
     ):

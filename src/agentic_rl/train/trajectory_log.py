@@ -83,7 +83,7 @@ class TrajectoryLog:
         self._pieces: dict[int, str] = {}
         if per_step != 0:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            truncate_trajectories(self.path, resume_step if resume_step is not None else -1)
+        truncate_trajectories(self.path, resume_step if resume_step is not None else -1)
 
     # ---------------------------------------------------------------------------------------
     # what the loop calls
@@ -105,7 +105,7 @@ class TrajectoryLog:
         if self.per_step == 0:
             return 0
         rows: dict[int, int] = {}  # id(trajectory) -> its row in the batch
-        if kept is not None:
+        if kept is not None and batch is not None:
             flat = [sample for samples in kept.samples for sample in samples]
             rows = {id(sample): row for row, sample in enumerate(flat)}
         episodes = list(generated.samples)
@@ -276,6 +276,7 @@ def _batch_rows(batch: TrainBatch) -> dict[str, Any]:
     logprobs the update recomputed before its first mini-batch (`old_logprobs`, when
     `behav_logprobs` holds the generator's and they differ)."""
     import torch  # the loop has it loaded; the report reads records without it
+
     tensors: dict[str, Any] = {"train_mask": batch.loss_mask}
     if batch.advantages is not None:
         tensors["adv"] = batch.advantages

@@ -366,7 +366,7 @@ function renderList() {
       "data-index": a.i, onclick: () => openTrajectory(a) },
       RUNS.length > 1 ? el("td", { class: "l" }, el("span", { class: "swatch", style: `background:${runColor(a.r)}` })) : null,
       el("td", { text: String(t.step) }), el("td", { class: "l", text: t.split }),
-      el("td", { class: "l", text: t.group_id, title: t.task_id }),
+      el("td", { class: "l group", text: t.group_id, title: `${t.group_id} (task ${t.task_id})` }),
       el("td", { text: fmt(t.reward) }),
       el("td", { class: t.success >= 1 ? "ok" : "bad", text: t.success >= 1 ? "yes" : "no" }),
       el("td", { text: String(t.turns.length) }), el("td", { text: String(t.ids.length) }),

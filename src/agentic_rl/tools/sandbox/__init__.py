@@ -1,28 +1,47 @@
 """A Python sandbox for model-written code: separate processes under OS limits, a warm pool.
 
-What is enforced, and how (each outcome is reported in `SandboxPool.isolation`):
+Each worker is started once, isolated, and forks a fresh child per execution (`pool.py`,
+`_worker.py`). How it is isolated depends on what the machine allows, tried in this order
+(`SandboxPool.isolation["mode"]` says which one is in force, with a flag per mechanism):
 
-| limit | mechanism | where it is not permitted |
-|---|---|---|
-| wall time | the worker kills the child's process group, then every process of its uid | - |
-| CPU time | RLIMIT_CPU (SIGXCPU, SIGKILL one second later) | - |
-| memory | RLIMIT_AS: allocations beyond it raise MemoryError | - |
-| processes | RLIMIT_NPROC on a per-worker unprivileged uid (root ignores NPROC) | not root: the limit counts all of the user's processes |
-| file size, open files | RLIMIT_FSIZE (EFBIG, not a kill), RLIMIT_NOFILE | - |
-| network | a new network namespace per worker: only a loopback, and it is down | sockets are blocked inside the interpreter (weaker: ctypes or an exec'd program still connect) |
-| file system | a mount namespace: every mount re-bound read-only, a private tmpfs (disk_mb) for the working dirs, a private /dev/shm wiped after each run (multiprocessing needs it); directories others cannot enter (e.g. /root, holding pyenv) are covered by an empty tmpfs with only Python bound back | the unprivileged uid still cannot write root's files, but world-writable places (/tmp, /dev/shm) stay writable, and a Python installed under such a directory can only use the preloaded modules |
-| environment | workers are exec'd with an empty environment; children get a minimal one | - |
-| leftovers | the worker is a subreaper: any child left after the cell means a kill(-1) as the sandbox uid; on a timeout always | not root: the process group and reparented orphans are killed; a process that escaped both survives |
-| privileges | PR_SET_NO_NEW_PRIVS (setuid binaries cannot elevate), no supplementary groups | - |
+1. "bwrap": bubblewrap (Debian's `bubblewrap`; `_bwrap.py`) with new user (when not root),
+   PID, network, IPC, UTS, cgroup and mount namespaces; the worker is PID 1 of its namespace.
+2. "namespaces": root without a working bwrap: network and mount namespaces the worker makes
+   itself, and a uid of its own per worker (`_isolation.py`).
+3. Nothing: then the pool refuses to start (SandboxUnavailableError, saying how to get
+   isolation) unless the user sets `SandboxLimits(allow_unisolated=True)`,
+   `agentic-rl serve-sandbox --allow-unisolated` or AGENTIC_RL_SANDBOX_ALLOW_UNISOLATED=1;
+   "none" then runs the code as the trainer's own user with only the rlimits below.
 
-Not done: no seccomp filter, no PID namespace (code can list host processes and read their
-command lines in /proc, but not their environment or memory, being another uid), no cgroup
-(RLIMIT_AS bounds each process, not the sum over NPROC processes).
+What holds where ("trainer" = the process that owns the pool, and its user):
+
+| | bwrap, not root | bwrap, root | root, no bwrap | none (allowed) |
+|---|---|---|---|---|
+| runs as | the trainer's uid inside a user namespace, no capabilities | a uid of its own per worker (`uid_base`..) | a uid of its own per worker | the trainer's uid |
+| trainer's files (home, project, checkpoints, .venv) | absent: only /usr, /etc and Python are bound, read-only | absent | visible read-only, as permissions allow others (0600 files unreadable) | read and write |
+| writable | private tmpfs /sandbox, /tmp, /dev/shm (`disk_mb`), wiped after each run | same | private tmpfs working dirs and /dev/shm; the rest read-only | everything the user may write |
+| network | own namespace, loopback only: nothing outside reachable, ctypes and subprocesses included | same | same | sockets blocked inside Python only (ctypes, subprocesses get through) |
+| host processes | invisible (own PID namespace); the trainer cannot be signalled | same | listed in /proc (command lines; not environ or memory: another uid); cannot be signalled | visible, can be signalled |
+| the worker | PID 1 (code cannot kill it), not dumpable (no ptrace, no /proc/1/mem) | same | another uid (root) | same uid: code can kill it (the pool restarts it) |
+| system calls | seccomp filter (`_seccomp.py`): EPERM for ptrace, mount, unshare/setns, namespaces in clone, bpf, io_uring, keyctl, perf, module and clock calls; no nested user namespace | seccomp filter | seccomp filter on the child | seccomp filter on the child |
+| processes | RLIMIT_NPROC, counted per user namespace (Linux 5.14+; before, the user's processes) | RLIMIT_NPROC on the worker's uid | RLIMIT_NPROC on the worker's uid | RLIMIT_NPROC counts all the user's processes |
+| memory | RLIMIT_AS per process; plus cgroup v2 memory.max and pids.max over the worker where a delegated cgroup is writable (`_cgroup.py`) | same | same | same |
+| time, files | RLIMIT_CPU (SIGXCPU, SIGKILL 1 s later), wall-time kill, RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps | same | same | same |
+| leftovers | kill(-1) from PID 1 after each run; the namespace dies with the worker | same | kill(-1) as the sandbox uid | process group and reparented orphans (a process that escaped both survives) |
+| SysV IPC | own IPC namespace, emptied after each run | same | the sandbox uid's objects removed after each run | - |
+| environment | empty: the parent's variables never reach the worker; children get a minimal one | same | same | same |
+
+Not covered anywhere: kernel bugs (the kernel is shared; a VM or gVisor is the next step),
+world-readable files under /etc, and CPU or memory within the limits given. The seccomp filter
+needs libseccomp (`pyseccomp`, a dependency; Debian's `libseccomp2`); without it
+`isolation["seccomp"]` is False and the namespaces stand alone. cgroup limits need a cgroup v2
+subtree delegated to the trainer (e.g. `systemd-run --user --scope -p Delegate=yes ...`, or
+AGENTIC_RL_SANDBOX_CGROUP=<dir>); elsewhere `isolation["cgroup_error"]` says why not.
 """
 
 from agentic_rl.tools.sandbox.client import PythonTool, SandboxClient, format_result
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import SandboxPool
+from agentic_rl.tools.sandbox.pool import SandboxPool, SandboxUnavailableError
 from agentic_rl.tools.sandbox.server import SandboxServer, serve_sandbox
 
 __all__ = [
@@ -32,6 +51,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxPool",
     "SandboxServer",
+    "SandboxUnavailableError",
     "format_result",
     "serve_sandbox",
 ]

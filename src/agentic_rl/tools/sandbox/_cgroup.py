@@ -48,7 +48,7 @@ def _controllers(directory: str) -> set[str]:
 
 
 def usable_parent(directory: str) -> str:
-    """"" when workers' cgroups can be made under `directory`, else why not."""
+    """ "" when workers' cgroups can be made under `directory`, else why not."""
     try:
         enabled = _controllers(directory)
         missing = [c for c in NEEDED if c not in enabled]

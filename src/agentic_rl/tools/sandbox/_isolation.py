@@ -27,6 +27,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MS_NOATIME, MS_NODIRATIME, MS_PRIVATE, MS_RELATIME = 1024, 2048, 1 << 18, 1 << 21
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 IPC_RMID = 0
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -213,10 +214,11 @@ def setup_worker(
 
 
 def acquire_uid(base: int, count: int, preferred: int) -> tuple[int, int]:
-    """Lock a uid from [base, base + count) for this worker; returns (uid, lock fd).
+    """Lock a uid from [base, base + count) for one worker; returns (uid, lock fd).
 
-    The flock is released by the kernel when the worker dies, so a crashed pool never leaks
-    uids; a uid's next owner sweeps whatever processes its last owner left behind.
+    The pool holds the lock while the worker lives and the kernel drops it if the pool dies, so
+    a crashed pool never leaks uids; a uid's next owner finds nothing left of its last one
+    (under bwrap everything died with the PID namespace; otherwise the worker sweeps it).
     """
     os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
     for i in range(count):

@@ -1,7 +1,9 @@
 """The sandbox's seccomp filter, compiled once per process by libseccomp (parent side).
 
-libseccomp is reached through `pyseccomp` (PyPI, ctypes over Debian's `libseccomp2`; the
-official `seccomp` module, Debian's `python3-seccomp`, is used instead where importable). The
+libseccomp is reached through `pyseccomp` (PyPI, ctypes over Debian's `libseccomp2`, which apt
+itself depends on). The official binding, Debian's `python3-seccomp`, is a C extension built for
+Debian's own python3 and installed outside any virtualenv, so a venv on another interpreter
+(pyenv, conda, uv) cannot import it; it is used where importable. The
 filter allows everything except what sandboxed code never needs and what an escape or an
 attack on its neighbours would use, each answered with EPERM (a denylist in the spirit of
 Docker's default profile, whose allowlist would break ordinary programs more often):

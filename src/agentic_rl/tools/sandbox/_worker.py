@@ -1,14 +1,18 @@
 """A warm sandbox worker: one long-lived process that forks a fresh child per execution.
 
-Started by the pool as `python -I -c <boot>` with an empty environment, so neither the
-parent's variables nor its memory exist here. It sets up its namespaces once (a fork inherits
-them), imports the runner and the preload modules, then serves length-prefixed JSON frames on
-stdin/stdout: a config frame, then one request {"code", "timeout_s"} -> one result dict.
+Started by the pool as `python -I -c <boot>` with an empty environment (under bubblewrap where
+it works), so neither the parent's variables nor its memory exist here. It sets up its
+isolation once (a fork inherits it: see the package docstring for the modes), imports the
+runner and the preload modules, then serves length-prefixed JSON frames on stdin/stdout: a
+config frame, then one request {"code", "timeout_s"} -> one result dict.
 
-Per request: a fresh working directory owned by the sandbox uid, a forked child that sets its
-rlimits, drops to that uid and runs the code, while the worker drains its stdout/stderr (so a
-full pipe never blocks it) until it exits or the wall timeout passes; then every process of the
-uid is killed, zombies are reaped and the directory is deleted. Standard library only.
+Per request: a fresh working directory, a forked child that sets its rlimits, drops to the
+sandbox uid where there is one (root's pools outside bwrap), installs the seccomp filter
+(outside bwrap, which installs it itself) and runs the code, while the worker drains its
+stdout/stderr (so a full pipe never blocks it) until it exits or the wall timeout passes;
+then every leftover process is killed, zombies are reaped, and the working directory (under
+bwrap the whole tmpfs, /tmp and /dev/shm) and System V IPC objects are deleted. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -120,9 +124,12 @@ class Worker:
         self.seccomp: bytes | None = bytes.fromhex(seccomp) if seccomp else None
         self.child_uid = self.uid  # whom the child becomes; None: it stays the worker's uid
         root = os.geteuid() == 0
-        if self.mode == "bwrap":
+        if self.mode == "bwrap":  # leftovers of an earlier owner of the uid died with its PID 1
             self.isolation = self._setup_bwrap()
         else:
+            if self.uid is not None and root:  # whatever a crashed earlier owner left behind
+                _isolation.sweep_uid(self.uid)
+                _isolation.reap()
             self.isolation = _isolation.setup_worker(
                 self.base, self.limits["disk_mb"], [HERE], self.mode == "namespaces"
             )
@@ -149,6 +156,8 @@ class Worker:
         if self.uid is not None:
             _isolation.drop_privileges(self.uid)
             self.child_uid = None
+            # A change of uid clears bwrap's --die-with-parent signal: set it again.
+            _isolation.prctl(_isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
         _isolation.set_dumpable(False)  # no ptrace, no /proc/1/mem or /proc/1/fd for the code
         # PID 1 gets only the signals it handles; Python's own SIGINT handler would let the
         # code raise KeyboardInterrupt in the worker.

@@ -22,11 +22,18 @@ def _cmd_serve_sandbox(args: argparse.Namespace) -> int:
             max_timeout_s=max(args.max_timeout_s, args.timeout_s),
             memory_mb=args.memory_mb,
             nproc=args.nproc,
+            allow_unisolated=args.allow_unisolated,
         )
     except ValueError as err:
         print(f"error: {err}")
         return 2
-    serve_sandbox(args.host, args.port, args.workers, limits, backend=args.backend)
+    from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
+
+    try:
+        serve_sandbox(args.host, args.port, args.workers, limits, backend=args.backend)
+    except SandboxUnavailableError as err:
+        print(f"error: {err}")
+        return 2
     return 0
 
 
@@ -56,6 +63,12 @@ def add_sandbox_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--nproc", type=int, default=defaults.nproc, help="process/thread limit per execution"
+    )
+    parser.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="run model code even where no isolation (bubblewrap, or root's namespaces) can be "
+        "had: it can then read your files, signal your processes and reach the network",
     )
     parser.add_argument("--backend", choices=["auto", "fastapi", "stdlib"], default="auto")
     parser.set_defaults(fn=_cmd_serve_sandbox)

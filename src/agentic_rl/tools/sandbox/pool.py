@@ -141,11 +141,10 @@ class _WorkerProcess:
             os.mkdir(self.base_dir, 0o711)
         self.isolation: dict[str, Any] = {}
         try:
-            if plan.root:  # one unprivileged uid per live worker, locked by us, swept first
+            if plan.root:  # one unprivileged uid per live worker, locked while it lives
                 self.uid, self._lock_fd = _isolation.acquire_uid(
                     limits.uid_base, limits.uid_count, slot
                 )
-                _isolation.sweep_uid(self.uid)
             if plan.cgroup_parent is not None:
                 with contextlib.suppress(OSError):  # reported as cgroup False for this worker
                     self.cgroup = _cgroup.WorkerCgroup(
@@ -166,7 +165,11 @@ class _WorkerProcess:
             "uid": self.uid,
             "seccomp": None if plan.mode == "bwrap" or not plan.seccomp else plan.seccomp.hex(),
         }
-        self._send({**config, "fresh": fresh})
+        try:
+            self._send({**config, "fresh": fresh})
+        except BaseException:
+            self.kill()
+            raise
 
     def _spawn(self, plan: _Plan, limits: SandboxLimits) -> subprocess.Popen:
         command = [sys.executable, "-I", "-c", WORKER_BOOT]
@@ -305,9 +308,6 @@ class _WorkerProcess:
         self._release()
 
     def _release(self) -> None:
-        if self.uid is not None:
-            with contextlib.suppress(OSError):
-                _isolation.sweep_uid(self.uid)
         for fd in (self._lock_fd, self._info_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):

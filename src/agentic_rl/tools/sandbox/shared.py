@@ -13,7 +13,7 @@ import threading
 
 from agentic_rl.tools.sandbox.client import CodeRunner, SandboxClient
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import SandboxPool
+from agentic_rl.tools.sandbox.pool import SandboxPool, plan_isolation
 
 _pools: dict[tuple[int, SandboxLimits], SandboxPool] = {}
 _pools_lock = threading.Lock()
@@ -42,7 +42,8 @@ def close_shared_pools() -> None:
 class LazyRunner:
     """A `CodeRunner` that resolves to a shared pool (or an HTTP client) on its first `run`.
 
-    `runner` short-circuits everything: tests pass their own pool this way.
+    `runner` short-circuits everything: tests pass their own pool this way. Without a runner
+    or URL, construction checks that the sandbox can be isolated here (`plan_isolation`).
     """
 
     def __init__(
@@ -57,6 +58,10 @@ class LazyRunner:
         self.limits = limits
         self._runner = runner
         self._lock = threading.Lock()
+        if runner is None and not url:
+            # Fail where the env is built, not at the first tool call (whose errors become
+            # observations): SandboxUnavailableError when no isolation can be had here.
+            plan_isolation(limits or SandboxLimits())
 
     def resolve(self) -> CodeRunner:
         """The runner behind this proxy, created now if needed."""
