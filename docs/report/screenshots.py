@@ -33,16 +33,18 @@ def main(report: str) -> None:
         driver.execute_script("document.getElementById('sec-curves').scrollIntoView()")
         time.sleep(0.5)
         driver.save_screenshot(str(HERE / "curves.png"))
-        # the first trained episode with a tool call, coloured by loss mask
+        # a trained episode with a tool call (from a group whose rewards differ, where there is
+        # one), coloured by loss mask
         driver.execute_script(
             """
             document.getElementById('sec-trajectories').scrollIntoView();
             const rows = [...document.querySelectorAll('tr.traj-row')];
-            const withTool = rows.find(r => {
-              const t = REPORT.runs[r.dataset.run].trajectories[r.dataset.index];
-              return t.trained && t.turns.some(u => u.action && u.action.kind === 'tool');
-            });
-            (withTool || rows[0]).click();
+            const traj = r => REPORT.runs[r.dataset.run].trajectories[r.dataset.index];
+            const tool = t => t.trained && t.turns.some(u => u.action && u.action.kind === 'tool');
+            const spread = t => t.adv && t.adv.some(a => a !== 0);
+            const pick = rows.find(r => tool(traj(r)) && spread(traj(r)))
+              || rows.find(r => tool(traj(r))) || rows[0];
+            pick.click();
             """
         )
         time.sleep(0.5)

@@ -63,6 +63,16 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_envs(args: argparse.Namespace) -> int:
+    from agentic_rl.envs.registry import env_class, env_names
+
+    for name in env_names():
+        summary = " ".join((env_class(name).__doc__ or "").strip().split("\n\n")[0].split())
+        print(f"{name:20s} {summary}")
+    print("check one with: agentic-rl check-env NAME; use one with: env.name=NAME")
+    return 0
+
+
 def _cmd_recipes(args: argparse.Namespace) -> int:
     seen: set[str] = set()
     for folder in recipe_dirs():
@@ -147,12 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-env", help="validate an environment with check_env")
     check.add_argument("name", help="env name, e.g. search_qa")
-    check.add_argument("--tasks", type=int, default=20, help="tasks to check")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument(
+        "--tasks", type=int, default=20, help="how many eval tasks to run the checks on (20)"
+    )
+    check.add_argument("--seed", type=int, default=0, help="seed of the tasks and resets")
     check.set_defaults(fn=_cmd_check_env)
 
     recipes = sub.add_parser("recipes", help="list recipes with one line each")
     recipes.set_defaults(fn=_cmd_recipes)
+
+    envs = sub.add_parser("envs", help="list environments with one line each")
+    envs.set_defaults(fn=_cmd_envs)
     _add_stage_commands(sub)
     add_index_commands(sub)
     add_sandbox_command(sub)

@@ -149,8 +149,6 @@ def test_cli_hook_adds_serve_sandbox():
 
 
 def test_serve_sandbox_has_the_allow_unisolated_switch(monkeypatch, capsys):
-    import argparse
-
     from agentic_rl.tools.sandbox import cli, server
     from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
 

@@ -23,8 +23,9 @@ class ModelConfig:
     """Learner passes run each micro-batch as one packed row: the prompt a group's rows share
     once, every answer without padding (model/packing.py), or, where cheaper, the shared prompt once
     with its KV reused for every row (model/prefix_sharing.py): same numbers, the prompt's cost paid
-    once instead of G times. Micro-batches are formed group by group. Off for PPO's value head,
-    which needs every position's state, and under learner.strategy=fsdp2."""
+    once instead of G times. Micro-batches are formed group by group. Passes that feed a value
+    head need every position's state: packed rows only (no two-pass form). Off under
+    learner.strategy=fsdp2."""
     fast_cpu_attention: bool = True
     """bfloat16 attention on CPU over at most 256 x 256 positions runs as two matmuls instead
     of PyTorch's fused SDPA kernel, which is slow in bfloat16 on CPU (model/attention.py); same

@@ -75,7 +75,7 @@ const PANELS = [
   { id: "clip", title: "Clip fraction", keys: ["train/clip_frac"] },
   { id: "lengths", title: "Response length (tokens)", keys: ["train/response_tokens", "eval/response_tokens"] },
   { id: "turns", title: "Turns per episode", keys: ["train/turns", "eval/turns"] },
-  { id: "tools", title: "Tool calls, invalid actions, tool errors / episode",
+  { id: "tools", title: "Tool calls and invalid actions / episode",
     keys: ["train/tool_calls_per_episode", "train/invalid_actions_per_episode",
       "train/tool_errors_per_episode", "eval/tool_calls_per_episode"] },
   { id: "mismatch", title: "Rollout / training mismatch",
@@ -152,7 +152,8 @@ function plotLayout(title) {
   };
 }
 
-const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: "hover",
+  modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
 function renderCurves() {
   const box = document.getElementById("curves");
@@ -373,8 +374,8 @@ function renderList() {
       el("td", { text: t.trained === null ? "" : t.trained ? "yes" : "no" }));
     return tr;
   }));
-  const head = document.getElementById("traj-head");
-  head.firstElementChild.style.display = RUNS.length > 1 ? "" : "none";
+  const runColumn = document.querySelector("#traj-head th");  // the run swatch column
+  runColumn.style.display = RUNS.length > 1 ? "" : "none";
   const pages = Math.max(1, Math.ceil(state.rows.length / PAGE));
   document.getElementById("page").textContent =
     `${state.rows.length} trajectories · page ${state.page + 1} / ${pages}`;

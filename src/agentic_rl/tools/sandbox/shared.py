@@ -9,13 +9,23 @@ process, or talks to `agentic-rl serve-sandbox` when a URL is given. Pools are c
 from __future__ import annotations
 
 import atexit
+import functools
+import os
 import threading
 
 from agentic_rl.tools.sandbox.client import CodeRunner, SandboxClient
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import SandboxPool, plan_isolation
+from agentic_rl.tools.sandbox.pool import ALLOW_UNISOLATED_ENV, SandboxPool, plan_isolation
 
 _pools: dict[tuple[int, SandboxLimits], SandboxPool] = {}
+
+
+@functools.lru_cache(maxsize=16)
+def _check_isolation(limits: SandboxLimits, allow_env: str | None) -> None:
+    """plan_isolation once per (limits, allow switch): envs are built by the batch."""
+    plan_isolation(limits)
+
+
 _pools_lock = threading.Lock()
 
 
@@ -61,7 +71,7 @@ class LazyRunner:
         if runner is None and not url:
             # Fail where the env is built, not at the first tool call (whose errors become
             # observations): SandboxUnavailableError when no isolation can be had here.
-            plan_isolation(limits or SandboxLimits())
+            _check_isolation(limits or SandboxLimits(), os.environ.get(ALLOW_UNISOLATED_ENV))
 
     def resolve(self) -> CodeRunner:
         """The runner behind this proxy, created now if needed."""
