@@ -18,7 +18,8 @@ One supervised warm start (the recipe's: scripted-expert episodes) is shared by 
 all start from the same weights; the two runs of a pair go in parallel processes (one torch
 thread each), with the same seed. Held-out greedy success before RL and after each run.
 
-    .venv/bin/python bench/minibatch_and_tis.py                       # ~45-60 min on 2 cores
+    .venv/bin/python bench/minibatch_and_tis.py --warm-episodes 40 --max-minutes 10 \
+        --eval-tasks 30 --set filters.max_gen_batches=30   # ~35 min on a busy 2-core machine
     .venv/bin/python bench/minibatch_and_tis.py --model tiny --steps 1 --tis-steps 1 \\
         --warm-episodes 4 --eval-tasks 2                               # does it run
 
@@ -42,7 +43,7 @@ import torch
 from agentic_rl.backends.base import sync_weights
 from agentic_rl.config.load import load_config
 from agentic_rl.config.schema import Config
-from agentic_rl.train.collect import evaluate, expert_demos
+from agentic_rl.train.collect import DynamicSamplingError, evaluate, expert_demos
 from agentic_rl.train.loop import train_step
 from agentic_rl.train.setup import build, make_optimizer, set_learning_rate, start_from_policy
 from agentic_rl.train.sft import train_sft
@@ -126,10 +127,15 @@ def run(
     sync_weights(setup.generator, setup.policy)
     start_from_policy(setup)
     optimizer = make_optimizer(setup)
-    records, start = [], time.perf_counter()
+    records, start, stopped = [], time.perf_counter(), ""
     for step in range(1, steps + 1):
         set_learning_rate(optimizer, cfg, step)
-        m = train_step(setup, optimizer, step)
+        try:
+            m = train_step(setup, optimizer, step)
+        except DynamicSamplingError as err:  # every group solved (or failed) by every sample
+            stopped = f"step {step}: {err}"
+            print(f"  {name}: stopped, {stopped}", flush=True)
+            break
         records.append({k: m[k] for k in KEYS if k in m} | {"seconds": m["step_seconds"]})
         print(
             f"  {name} step {step}: reward {m['reward']:.3f} clip_frac "
@@ -146,6 +152,7 @@ def run(
         "steps": records,
         "rl_seconds": time.perf_counter() - start,
         "eval_success_after": after["success"],
+        "stopped": stopped,
     }
 
 

@@ -163,7 +163,7 @@ def check_resume(cfg, base, dp, trained, batch, out) -> dict:
     path = save_sharded_checkpoint(dp, run, 1, policy, optimizer, None, {"note": "x"}, extra)
     weights = dp.full_state_dict(policy)
     if dp.is_main:
-        torch.save(weights, out / "full_weights.pt")
+        torch.save(weights, run / "full_weights.pt")  # one file per case: they run in turn
     fresh_policy, _, fresh_head, fresh_opt = models(cfg, base, dp)
     state = load_sharded_checkpoint(
         dp, path, fresh_policy, fresh_opt, extra_modules={"value_head": fresh_head}

@@ -171,7 +171,7 @@ def test_export_of_a_sharded_checkpoint_loads_with_the_trained_weights(worker, t
         p.name for p in target.iterdir()
     }
     exported, _ = load_policy(ModelConfig(name=str(target)))
-    weights = torch.load(out / "full_weights.pt", weights_only=True)
+    weights = torch.load(out / "run" / "full_weights.pt", weights_only=True)  # ppo_defer's run
     trained = tiny_model(exported.config.vocab_size)
     trained.load_state_dict(weights)
     for name, tensor in exported.state_dict().items():
