@@ -150,5 +150,5 @@ def test_make_env_and_tables():
     assert isinstance(make_env("calculator", format_penalty=0.5), CalculatorEnv)
     assert make_env("calculator", format_penalty=0.5).format_penalty == 0.5
     assert set(ENVS) == set(TASKS) >= {"calculator", "search_qa"}
-    with pytest.raises(ValueError, match="unknown env 'nope'; valid names: calculator, "):
+    with pytest.raises(ValueError, match="unknown env 'nope'; valid names: .*calculator, "):
         make_env("nope")

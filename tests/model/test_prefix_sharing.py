@@ -234,8 +234,12 @@ def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
     trajs = trajs[::2] + trajs[1::2]  # groups interleaved in the batch
     models = []
     for share in (False, True):
+        # One optimizer step over the batch (no pi_old recomputation pass to count).
+        one_step = ["algo.ppo_mini_batches=1", "algo.clip_high=0.2"]
         cfg = load_config(
-            None, ["model.name=tiny", "optim.micro_batch_size=4", f"model.share_prefix={share}"]
+            None,
+            ["model.name=tiny", "optim.micro_batch_size=4", f"model.share_prefix={share}"]
+            + one_step,
         )
         model = copy.deepcopy(tiny)
         seen: list[tuple[int, ...]] = []
