@@ -20,7 +20,8 @@ from agentic_rl.tools.sandbox.cli import add_sandbox_command
 def _cmd_train(args: argparse.Namespace) -> int:
     from agentic_rl.train.stages import train_recipe
 
-    cfg = load_config(args.recipe, args.overrides, smoke=args.smoke)
+    overrides = [*args.overrides, *(["trainer.resume=force"] if args.force else [])]
+    cfg = load_config(args.recipe, overrides, smoke=args.smoke)
     train_recipe(cfg)
     if cfg.learner.strategy == "fsdp2":  # torchrun: every process leaves the group together
         from agentic_rl.scale.fsdp import shutdown
@@ -32,20 +33,57 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from agentic_rl.checkpoint.io import load_checkpoint
     from agentic_rl.checkpoint.layout import latest_checkpoint
-    from agentic_rl.train.collect import evaluate
+    from agentic_rl.logging import counting_progress
+    from agentic_rl.train.collect import eval_episodes
     from agentic_rl.train.setup import build
+    from agentic_rl.train.summary import summarize
 
     cfg = load_config(args.recipe, args.overrides)
-    setup = build(cfg)
+    if args.planner:  # inference-time planning with the recipe's model (or the checkpoint's)
+        return _eval_planner(args, cfg)
+    if not args.checkpoint:
+        raise ConfigError("eval needs --checkpoint (or --planner mcts|cot for a planner)")
     path = Path(args.checkpoint)
     if not (path / "COMPLETE").exists():  # a run directory: take its last checkpoint
         found = latest_checkpoint(path)
         if found is None:
             raise ConfigError(f"no complete checkpoint in {path}")
         path = found
+    setup = build(cfg)
     load_checkpoint(path, setup.policy, restore_rng=False)
-    result = evaluate(setup)
+    tasks, size = setup.eval_tasks, cfg.rollout.eval_batch_size
+    print(
+        f"evaluating {path} on {len(tasks)} held-out tasks, greedy, {size} at a time "
+        "(fewer tasks: env.num_eval_tasks=N; Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    episodes = []
+    with counting_progress(len(tasks), "eval", sys.stderr) as advance:
+        for start in range(0, len(tasks), size):  # evaluate()'s batches, one at a time
+            chunk = tasks[start : start + size]
+            episodes += eval_episodes(setup, chunk)
+            advance(len(chunk))
+    result = summarize([samples[0] for samples in episodes])
     print(json.dumps({"checkpoint": str(path), **result}, indent=2))
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from agentic_rl.train.replay import replay_command
+
+    return replay_command(args)
+
+
+def _eval_planner(args: argparse.Namespace, cfg: Any) -> int:
+    from agentic_rl.train.planning import evaluate_planner
+    from agentic_rl.train.setup import build
+
+    if args.checkpoint:
+        cfg.model.name = str(args.checkpoint)  # an exported model dir (RUN_DIR/model)
+    out = Path(args.out) if args.out else None
+    result = evaluate_planner(build(cfg), args.planner, out=out)
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
     return 0
 
 
@@ -146,19 +184,49 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a recipe (default: the CPU search agent)")
     train.add_argument("recipe", nargs="?", default=None, help="recipe name or YAML path")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.name=rloo")
-    train.add_argument("--smoke", action="store_true", help="a few tiny steps (tests, checks)")
+    train.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a few tiny steps (tests, checks), in their own run dir RUN_NAME-smoke",
+    )
+    train.add_argument(
+        "--force",
+        action="store_true",
+        help="resume the run dir's checkpoint even if its settings differ (trainer.resume=force)",
+    )
     train.set_defaults(fn=_cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the recipe's held-out tasks")
     ev.add_argument("recipe", help="recipe name or YAML path")
     ev.add_argument("overrides", nargs="*", help="dotted overrides")
-    ev.add_argument("--checkpoint", required=True, help="checkpoint dir or run dir")
+    ev.add_argument("--checkpoint", help="checkpoint dir or run dir (with --planner: a model dir)")
+    ev.add_argument(
+        "--planner",
+        choices=["mcts", "cot"],
+        help="plan each task with the model instead: RAP's MCTS or chain of thought (planner.*)",
+    )
+    ev.add_argument("--out", help="with --planner: write the per-task results as JSON here")
     ev.set_defaults(fn=_cmd_eval)
+
+    replay = sub.add_parser(
+        "replay",
+        help="rerun a saved training step (trainer.save_batches=true) and compare it with the log",
+    )
+    replay.add_argument("bundle", help="a step's bundle, RUN/batches/step_N (or RUN with --step)")
+    replay.add_argument("--step", type=int, help="the step to replay when BUNDLE is a run dir")
+    replay.add_argument(
+        "--rtol", type=float, default=1e-5, help="relative tolerance of the metrics (1e-5)"
+    )
+    replay.set_defaults(fn=_cmd_replay)
 
     check = sub.add_parser("check-env", help="validate an environment with check_env")
     check.add_argument("name", help="env name, e.g. search_qa")
     check.add_argument(
-        "--tasks", type=int, default=20, help="how many eval tasks to run the checks on (20)"
+        "--tasks",
+        type=int,
+        default=20,
+        metavar="N",
+        help="number of eval tasks to run the checks on (a count, default 20)",
     )
     check.add_argument("--seed", type=int, default=0, help="seed of the tasks and resets")
     check.set_defaults(fn=_cmd_check_env)
@@ -200,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
+    except KeyboardInterrupt:  # Ctrl-C: a message and the shell's code for SIGINT, no traceback
+        hint = " (rerun the same command to resume from the last checkpoint)"
+        print(f"\ninterrupted{hint if args.command == 'train' else ''}", file=sys.stderr)
+        return 130
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
     except (ModelLoadError, TokenizerCheckError, CheckpointError, RayError) as err:

@@ -11,13 +11,14 @@ the package `import logging` still resolves to the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -207,30 +208,7 @@ class RunLogger:
         return wandb.init(dir=str(self.out_dir), **options)
 
     def _open_progress(self, start: int) -> tuple[Any, Any]:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        console = Console(file=self._stream) if self._stream is not None else None
-        progress = Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        task = progress.add_task("train", total=self.total_steps, completed=start)
-        progress.start()
-        return progress, task
+        return progress_bar(self.total_steps, "train", start, self._stream)
 
     # ---------------------------------------------------------------------------------------
     # logging
@@ -309,6 +287,61 @@ class RunLogger:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def progress_bar(
+    total: int, description: str, start: int = 0, stream: TextIO | None = None
+) -> tuple[Any, Any]:
+    """A started `rich` progress bar (description, bar, done/total, elapsed, eta) and its task:
+    training's display, also used by `agentic-rl eval`."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(file=stream) if stream is not None else None
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    task = progress.add_task(description, total=total, completed=start)
+    progress.start()
+    return progress, task
+
+
+@contextlib.contextmanager
+def counting_progress(
+    total: int, description: str, stream: TextIO | None = None
+) -> Iterator[Callable[[int], None]]:
+    """Progress of a loop over `total` items: yields `advance(n)`. On a terminal the training
+    progress bar (`progress_bar`), else one line per advance ("eval 50/100"), as RunLogger."""
+    out = stream if stream is not None else sys.stdout
+    if not _isatty(out):
+        done = 0
+
+        def advance_line(n: int) -> None:
+            nonlocal done
+            done += n
+            print(f"{description} {done}/{total}", file=out, flush=True)
+
+        yield advance_line
+        return
+    progress, task = progress_bar(total, description, 0, stream)
+    try:
+        yield lambda n: progress.update(task, advance=n)
+    finally:
+        progress.stop()
 
 
 def _isatty(stream: Any) -> bool:

@@ -4,12 +4,17 @@ the next) and `agentic-rl export CHECKPOINT --out DIR` (a training checkpoint as
 Works on single-process checkpoints (io.py; a LoRA adapter is merged into the weights)
 and on the sharded checkpoints of a torchrun run (sharded.py, read in this one process).
 DIR gets config.json, the safetensors weights and the tokenizer; `model.name=DIR` loads it, in
-training, evaluation or any transformers code.
+training, evaluation or any transformers code. Where the run's settings are known, DIR also gets
+what a user needs to prompt the model as it was trained (`write_usage`): generation_config.json
+(the action tags as stop strings, the sampling settings), chat_example.json (the opening
+messages of a held-out task) and README.md, a short model card (recipe, system prompt, chat
+format, stop tags, a transformers snippet).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ from torch import nn
 
 from agentic_rl.config.parse import ConfigError, build_dataclass
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.config.schema import Config
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -68,7 +74,18 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
         load_full_policy(path, policy)
     else:
         load_checkpoint(path, policy, restore_rng=False)
-    return save_hf_model(policy, tokenizer, out)
+    return save_hf_model(policy, tokenizer, out, run_config(path), source=str(path))
+
+
+def run_config(checkpoint: Path) -> Config | None:
+    """The whole config of the run that wrote `checkpoint` (RUN/config.json), None without it."""
+    config_file = checkpoint.parent.parent / "config.json"
+    if not config_file.is_file():
+        return None
+    try:
+        return build_dataclass(Config, json.loads(config_file.read_text()))
+    except ConfigError:  # written by another version: the model card is left out
+        return None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -90,16 +107,149 @@ def add_export_command(sub: Any) -> None:
     export.set_defaults(fn=_cmd_export)
 
 
-def save_model(model: nn.Module, tokenizer: Any, out: Path) -> Path:
-    """Save a Hugging Face model directory that `model.name=OUT/model` loads."""
-    return save_hf_model(model, tokenizer, out / "model")
+def save_model(model: nn.Module, tokenizer: Any, out: Path, cfg: Config | None = None) -> Path:
+    """Save a Hugging Face model directory that `model.name=OUT/model` loads (with the usage
+    files of `write_usage` when the run's `cfg` is given)."""
+    return save_hf_model(model, tokenizer, out / "model", cfg, source=str(out))
 
 
-def save_hf_model(model: nn.Module, tokenizer: Any, target: Path) -> Path:
+def save_hf_model(
+    model: nn.Module,
+    tokenizer: Any,
+    target: Path,
+    cfg: Config | None = None,
+    source: str = "",
+) -> Path:
     """Write `target` as a plain Hugging Face model directory (config.json, safetensors
-    weights, tokenizer) that `model.name=TARGET` loads."""
+    weights, tokenizer) that `model.name=TARGET` loads; with the run's `cfg`, also how to
+    prompt it (`write_usage`)."""
     from agentic_rl.model.lora import merged_copy
 
-    merged_copy(model).save_pretrained(target)  # a LoRA policy: adapter folded into the weights
+    merged = merged_copy(model)  # a LoRA policy: adapter folded into the weights
+    merged.save_pretrained(target)
     tokenizer.save_pretrained(target)
+    if cfg is not None:
+        write_usage(target, cfg, tokenizer, getattr(merged, "generation_config", None), source)
     return target
+
+
+CHAT_EXAMPLE = "chat_example.json"
+
+
+def write_usage(
+    target: Path, cfg: Config, tokenizer: Any, generation: Any = None, source: str = ""
+) -> None:
+    """generation_config.json, chat_example.json and README.md (module docstring) in `target`:
+    the prompt, stop tags and sampling the model was trained with, since a policy trained on
+    tags stops at them and expects the env's observations after them."""
+    from transformers import GenerationConfig
+
+    from agentic_rl.envs.from_config import make_envs, make_tasks
+    from agentic_rl.formats.registry import make_chat_format
+    from agentic_rl.types import Observation
+
+    small = copy.deepcopy(cfg)
+    small.env.num_eval_tasks = 1
+    try:  # the env (and its tools) as in training: a held-out task's opening messages
+        env = make_envs(small, 1)[0]
+        fmt = make_chat_format(cfg.rollout.chat_format, env.tools, tokenizer)
+        messages = env.reset(make_tasks(small, "eval")[0], seed=0).messages
+        tool = env.tools[0].name if env.tools else ""
+        observation = fmt.render_observation(Observation(content="RESULT", name=tool))
+    except Exception as err:  # noqa: BLE001 (user envs, missing data: the card says so)
+        stop, messages, observation, problem = [], [], "", f"{type(err).__name__}: {err}"
+    else:
+        stop, problem = list(fmt.stop), ""
+    rollout = cfg.rollout
+    gen = copy.deepcopy(generation) if generation is not None else GenerationConfig()
+    gen.eos_token_id = tokenizer.eos_token_id
+    gen.pad_token_id = tokenizer.pad_token_id
+    gen.max_new_tokens = rollout.max_tokens_per_turn
+    gen.stop_strings = stop or None
+    gen.do_sample = rollout.temperature > 0
+    if gen.do_sample:
+        gen.temperature, gen.top_p = rollout.temperature, rollout.top_p
+    gen.save_pretrained(target)
+    if messages:
+        (target / CHAT_EXAMPLE).write_text(json.dumps(messages, indent=2) + "\n")
+    (target / "README.md").write_text(
+        model_card(cfg, messages, stop, observation, problem, source), encoding="utf-8"
+    )
+
+
+def model_card(
+    cfg: Config,
+    messages: list[dict[str, str]],
+    stop: list[str],
+    observation: str,
+    problem: str = "",
+    source: str = "",
+) -> str:
+    """README.md of an exported model: what it was trained for and how to prompt it."""
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    user = next((m["content"] for m in messages if m["role"] == "user"), "")
+    fence = "```"
+    lines = [
+        f"# {cfg.recipe}: a policy trained with agentic-rl",
+        "",
+        cfg.description,
+        "",
+        f"- recipe: `{cfg.recipe}` (`agentic-rl train {cfg.recipe}`), env `{cfg.env.name}`, "
+        f"algorithm `{cfg.algo.name}` (trainer.steps={cfg.trainer.steps}) from `{cfg.model.name}`",
+        *([f"- exported from: `{source}`"] if source else []),
+        f"- chat format: `{cfg.rollout.chat_format}`, rendered with the tokenizer's chat "
+        "template (`apply_chat_template(messages, add_generation_prompt=True)`)",
+        f"- stop tags: {', '.join(f'`{t}`' for t in stop) or 'none'} (generation_config.json "
+        "`stop_strings`: pass `tokenizer=` to `generate` so it stops there)",
+        f"- sampling in training: temperature {cfg.rollout.temperature}, up to "
+        f"{cfg.rollout.max_tokens_per_turn} new tokens a turn, {cfg.rollout.max_turns} turns",
+        "",
+        "## How to prompt it",
+        "",
+        "Start the conversation as the env did in training: this system prompt, then the task as "
+        f"the user message ({CHAT_EXAMPLE} holds a held-out example).",
+        "",
+    ]
+    if problem:
+        lines += [f"(The env could not be built while exporting, {problem}; see the recipe.)", ""]
+    if system:
+        lines += ["System prompt:", "", f"{fence}text", system, fence, ""]
+    if user:
+        lines += ["User message, e.g.:", "", f"{fence}text", user, fence, ""]
+    if observation:
+        lines += [
+            "When a turn ends at a tool's closing tag, run the tool and append its result to the "
+            "assistant's text as the env did"
+            + (", between blank lines" if observation.startswith("\n\n") else "")
+            + ", e.g.:",
+            "",
+            f"{fence}text",
+            observation.strip("\n"),
+            fence,
+            "",
+            "then generate again; a turn with the answer tag ends the episode.",
+            "",
+        ]
+    lines += [
+        "## With transformers",
+        "",
+        f"{fence}python",
+        "import json",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        'model_dir = "PATH/TO/THIS/DIR"',
+        "tokenizer = AutoTokenizer.from_pretrained(model_dir)",
+        "model = AutoModelForCausalLM.from_pretrained(model_dir)",
+        f'messages = json.load(open(f"{{model_dir}}/{CHAT_EXAMPLE}"))',
+        "ids = tokenizer.apply_chat_template(",
+        '    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True',
+        ')["input_ids"]',
+        "out = model.generate(ids, tokenizer=tokenizer)  # stops at the tags above",
+        "print(tokenizer.decode(out[0, ids.shape[1]:]))",
+        fence,
+        "",
+        f"Or in agentic-rl: `agentic-rl train {cfg.recipe} model.name=PATH/TO/THIS/DIR` "
+        "(training, evaluation), `agentic-rl serve-policy` (an OpenAI-compatible server).",
+        "",
+    ]
+    return "\n".join(lines)

@@ -7,7 +7,8 @@ Layout of one checkpoint (`OUT` is the run's output directory)::
         adapter/                   policy only its adapter, as a PEFT directory (the frozen
                                    base is rebuilt from model.name)
         <name>.safetensors         one per extra module, e.g. value_head.safetensors
-        optimizer.pt               {"optimizer": ..., "scheduler": ...}
+        optimizer.pt               {"optimizer": ..., "scheduler": ...}; only in the latest
+                                   checkpoint (resumes start there) unless keep_all_optimizers
         trainer_state.json         {"step": 12, ...whatever the trainer passed}
         rng.pt                     torch (+cuda), python `random` and numpy RNG states
         COMPLETE                   marker, written last
@@ -46,6 +47,7 @@ from agentic_rl.checkpoint.layout import (
     CheckpointError,
     check_layout,
     checkpoints_dir,
+    drop_optimizer_states,
     latest_checkpoint,
     prune_checkpoints,
     step_dir_name,
@@ -186,12 +188,15 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None = None,
     extra_modules: dict[str, nn.Module] | None = None,
     keep_last: int = 2,
+    keep_all_optimizers: bool = False,
 ) -> Path:
     """Atomically save a checkpoint to `out_dir/checkpoints/step_{step:06d}` and return its path.
 
     `trainer_state` must be JSON-serialisable; `step` is added to it. `keep_last` complete
     checkpoints are kept (the one just written always survives); `keep_last <= 0` keeps all.
-    Re-saving an existing step replaces it.
+    Re-saving an existing step replaces it. The optimizer state stays only in the checkpoint
+    just written (older ones keep their weights) unless `keep_all_optimizers` (replay bundles,
+    trainer.save_batches, start from older checkpoints).
     """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -222,6 +227,8 @@ def save_checkpoint(
         raise
     _fsync_path(root)
     prune_checkpoints(out_dir, keep_last=keep_last, protect=final)
+    if not keep_all_optimizers and (optimizer is not None or scheduler is not None):
+        drop_optimizer_states(out_dir, keep=final)
     return final
 
 

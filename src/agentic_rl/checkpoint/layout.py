@@ -86,6 +86,20 @@ def prune_checkpoints(out_dir: Path, keep_last: int, protect: Path | None = None
     return removed
 
 
+def drop_optimizer_states(out_dir: Path, keep: Path) -> list[Path]:
+    """Delete the optimizer state of every complete checkpoint of run `out_dir` but `keep` (the
+    one just written): a resume always starts from the latest checkpoint, and AdamW's moments
+    are twice the size of the weights, so older checkpoints keep their weights only. Returns
+    the removed files."""
+    removed = []
+    for path in list_checkpoints(out_dir):
+        state = path / OPTIMIZER_FILE
+        if path.resolve() != Path(keep).resolve() and state.is_file():
+            state.unlink()
+            removed.append(state)
+    return removed
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
 

@@ -58,7 +58,8 @@ def load_config(
     data.setdefault("recipe", path.stem)
     stages = data.pop("stages", None) or []
     smoke_settings = data.pop("smoke", None) or {}
-    overrides = (_smoke_overrides(data, smoke_settings) if smoke else []) + list(overrides or [])
+    overrides = list(overrides or [])
+    overrides = (_smoke_overrides(data, smoke_settings, overrides) if smoke else []) + overrides
     resolved = [_stage_data(data, stage, i, overrides, smoke) for i, stage in enumerate(stages)]
     names = [stage["trainer"]["run_name"] for stage in resolved]
     if len(set(names)) != len(names):
@@ -69,14 +70,24 @@ def load_config(
     return cfg
 
 
-def _smoke_overrides(recipe: dict[str, Any], settings: Any = None) -> list[str]:
+def _smoke_overrides(
+    recipe: dict[str, Any], settings: Any = None, user: list[str] | None = None
+) -> list[str]:
     """SMOKE_OVERRIDES for `recipe`. A recipe with a warm start keeps its own token budgets: its
     scripted expert's turns (a code block, a JSON tool call, an edit) must fit them, or every
-    demonstration is cut short and the warm start has nothing to train on. The recipe's own
+    demonstration is cut short and the warm start has nothing to train on. Unless the `user`
+    overrides name the run directory (trainer.out_dir, trainer.run_name), it is RUN_NAME-smoke
+    (default: RECIPE-smoke), apart from the full run's. The recipe's own
     `smoke:` mapping ({dotted key: value}, e.g. the turns a multi-hop expert needs) comes last."""
     if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
         raise ConfigError(f"smoke: must map dotted keys to values, got {settings!r}")
     extra = [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+    # A smoke run gets its own run directory: it must never resume (or overwrite) the full run
+    # (where the user names the directory, the resume check refuses a full run's checkpoint).
+    named = {"trainer.out_dir", "trainer.run_name"} & {o.split("=")[0].strip() for o in user or []}
+    if not named:
+        name = (recipe.get("trainer") or {}).get("run_name") or recipe["recipe"]
+        extra.insert(0, f"trainer.run_name={json.dumps(f'{name}-smoke')}")
     if not (recipe.get("warm_start") or {}).get("num_tasks"):
         return list(SMOKE_OVERRIDES) + extra
     budgets = ("rollout.max_tokens_per_turn=", "rollout.max_total_tokens=")
@@ -93,6 +104,8 @@ def _build(data: dict[str, Any], smoke: bool) -> Config:
     cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
+    if smoke and cfg.dpo.failure_tasks > 0:
+        cfg.dpo.failure_tasks = 8
     estimator = ADVANTAGE_ESTIMATORS.get(cfg.algo.name)  # an unknown name fails in validate
     if not cfg.algo.loss_agg and estimator is not None:  # "" = the estimator's own
         cfg.algo.loss_agg = estimator.loss_agg

@@ -4,6 +4,7 @@ overrides and recipe lookup. Nothing here knows the project's config sections.""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import types
@@ -135,4 +136,10 @@ def resolve_recipe(name_or_path: str | None) -> Path:
         if candidate.is_file():
             return candidate
     known = sorted({p.stem for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise ConfigError(f"unknown recipe '{name}' (known: {', '.join(known) or 'none found'})")
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    others = f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
+    hint = f"did you mean {close[0]!r}{others}? " if close else ""
+    raise ConfigError(
+        f"unknown recipe '{name}': {hint}(known: {', '.join(known) or 'none found'}; "
+        "`agentic-rl recipes` lists them)"
+    )

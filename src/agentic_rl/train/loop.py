@@ -19,8 +19,10 @@ trains its served episodes with it too.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,8 +32,9 @@ from agentic_rl.backends.base import release_for_update, sync_weights
 from agentic_rl.checkpoint.export import save_model
 from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint
 from agentic_rl.checkpoint.layout import latest_checkpoint
+from agentic_rl.config.checks import check_out_dir
 from agentic_rl.config.schema import Config
-from agentic_rl.learner.batch import Episodes
+from agentic_rl.learner.batch import Episodes, TrainBatch
 from agentic_rl.learner.update import update as learner_update
 from agentic_rl.logging import RunLogger
 from agentic_rl.scale.async_rollout import (
@@ -43,11 +46,14 @@ from agentic_rl.scale.async_rollout import (
 )
 from agentic_rl.scale.fsdp import shard_setup
 from agentic_rl.train.batch import carries_gradient, prepare_batch
+from agentic_rl.train.bundles import StepRecorder, write_bundle
 from agentic_rl.train.collect import collect, eval_episodes, expert_demos
+from agentic_rl.train.failures import learn_from_failures
 from agentic_rl.train.self_play import self_play_step
 from agentic_rl.train.setup import (
     Setup,
     build,
+    check_resume,
     make_optimizer,
     run_dir,
     set_learning_rate,
@@ -100,6 +106,7 @@ def update_policy(
     episodes: Episodes,
     learner_version: int | None = None,
     trajectories: StepTrajectories | None = None,  # the step's sample for the trajectory file
+    on_batch: Callable[[TrainBatch | None], None] | None = None,  # the replay bundle's batch
 ) -> dict[str, float]:
     """Episodes -> one policy update -> the generator on the new weights; returns the metrics.
 
@@ -132,6 +139,8 @@ def update_policy(
     metrics["skipped_update"] = float(not useful)
     if trajectories is not None:  # with the batch's advantages (and logprobs) of trained samples
         trajectories.write(episodes, batch)
+    if on_batch is not None:
+        on_batch(batch)
     return metrics
 
 
@@ -141,15 +150,25 @@ def train_step(
     step: int,
     collect_fn: CollectFn = collect,
     trajectories: TrajectoryLog | None = None,
+    recorder: StepRecorder | None = None,
 ) -> dict[str, float]:
     """One RL step: collect (rollout + filters), then `update_policy`. Returns the metrics; a
-    sample of the episodes goes to `trajectories` (the run's trajectory file)."""
+    sample of the episodes goes to `trajectories` (the run's trajectory file), the generated
+    and kept episodes and the batch to `recorder` (the replay bundle, trainer.save_batches)."""
     cfg = setup.cfg
     t0 = time.perf_counter()
     episodes, generated, filter_metrics = (collect_fn or collector(cfg))(setup, step)
     t_rollout = time.perf_counter() - t0
     sample = trajectories.step(step, generated) if trajectories is not None else None
-    update_metrics = update_policy(setup, optimizer, episodes, trajectories=sample)
+    if recorder is not None:
+        recorder.episodes(generated, episodes)
+    update_metrics = update_policy(
+        setup,
+        optimizer,
+        episodes,
+        trajectories=sample,
+        on_batch=recorder.set_batch if recorder is not None else None,
+    )
     elapsed = time.perf_counter() - t0
     reps = [samples[0] for samples in generated.samples]  # one per generated episode
     generated_tokens = sum(s.num_generated for samples in generated.samples for s in samples)
@@ -179,23 +198,26 @@ def train(cfg: Config) -> dict[str, Any]:
             "agentic_rl.train.stages.train_recipe (one call of train per stage)"
         )
     wall_start = time.time()
+    check_out_dir(cfg.trainer.out_dir)  # a typo fails now, not after the model loaded
+    out = run_dir(cfg)
+    last = latest_checkpoint(out) if cfg.trainer.resume else None
+    if last is not None:  # refuse to continue another experiment (unless trainer.resume=force)
+        check_resume(out, last, cfg)
     setup = build(cfg)  # fails on a missing model before anything is written
     save, load = save_checkpoint, load_checkpoint
     if cfg.learner.strategy == "fsdp2":  # under torchrun: shard the models over the processes
         dp = shard_setup(setup)
         save, load = dp.save_checkpoint, dp.load_checkpoint
     main = setup.dp is None or setup.dp.is_main
-    out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     optimizer = make_optimizer(setup)
-    extra: dict[str, nn.Module] = {}
-    if setup.value_head is not None:  # algo.critic: "value_head" (shared) or "critic" (separate)
-        extra["value_head" if cfg.algo.critic == "shared" else "critic"] = setup.value_head
-    if setup.reference is not None and cfg.warm_start.num_tasks > 0:
-        extra["reference"] = setup.reference  # the warm-started weights: not rebuildable
+    extra = checkpoint_modules(setup)
+    if cfg.learner.strategy != "fsdp2":  # (sharded checkpoints store it with the weights)
+        # Optimizer state (twice the weights) only in the latest checkpoint, which resumes use;
+        # replay bundles may start from any, and updates of several optimizer steps need it.
+        save = functools.partial(save, keep_all_optimizers=cfg.trainer.save_batches)
     state: dict[str, Any] = {"step": 0, "evals": {}}
-    last = latest_checkpoint(out) if cfg.trainer.resume else None
     if last is not None:
         state = load(last, setup.policy, optimizer, extra_modules=extra)
         sync_weights(setup.generator, setup.policy)
@@ -237,8 +259,11 @@ def train(cfg: Config) -> dict[str, Any]:
         while step < cfg.trainer.steps:
             step += 1
             set_learning_rate(optimizer, cfg, step)
-            metrics = train_step(setup, optimizer, step, collect_fn, trajectories)
+            recorder = StepRecorder() if cfg.trainer.save_batches and main else None
+            metrics = train_step(setup, optimizer, step, collect_fn, trajectories, recorder)
             logger.log(step, metrics)
+            if recorder is not None:  # the step's data for `agentic-rl replay`
+                write_bundle(out, step, cfg, recorder, metrics)
             state["step"] = step
             out_of_time = cfg.trainer.max_minutes > 0 and (
                 time.time() - rl_start > cfg.trainer.max_minutes * 60
@@ -261,7 +286,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 break
         state["evals"]["after"] = _eval_and_log(setup, logger, step, trajectories)
     if cfg.trainer.export_model and main:  # before summary.json, which marks the run finished
-        save_model(setup.dp.full_policy if setup.dp else setup.policy, setup.tokenizer, out)
+        save_model(setup.dp.full_policy if setup.dp else setup.policy, setup.tokenizer, out, cfg)
     summary = run_summary(cfg, state, step, time.time() - wall_start)
     if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -269,6 +294,19 @@ def train(cfg: Config) -> dict[str, Any]:
         setup.dp.barrier()  # the next stage of a pipeline may read the exported model
     print_table(summary)
     return summary
+
+
+def checkpoint_modules(setup: Setup) -> dict[str, nn.Module]:
+    """The modules a checkpoint holds besides the policy: the critic (algo.critic "shared":
+    "value_head", else "critic") and, after a warm start, the reference (the warm-started
+    weights, which cannot be rebuilt from model.name)."""
+    cfg = setup.cfg
+    extra: dict[str, nn.Module] = {}
+    if setup.value_head is not None:
+        extra["value_head" if cfg.algo.critic == "shared" else "critic"] = setup.value_head
+    if setup.reference is not None and (cfg.warm_start.num_tasks > 0 or cfg.dpo.failure_tasks > 0):
+        extra["reference"] = setup.reference
+    return extra
 
 
 def _before_rl(
@@ -285,6 +323,14 @@ def _before_rl(
         if cfg.trainer.eval_before:
             state["evals"]["warm_start"] = _eval_and_log(
                 setup, logger, 0, trajectories, "eval_warm_start"
+            )
+    if cfg.dpo.failure_tasks > 0:  # UI-TARS: DPO on pairs at the first failing step
+        learn_from_failures(setup, logger, run_dir(cfg))
+        sync_weights(setup.generator, setup.policy)
+        start_from_policy(setup)
+        if cfg.trainer.eval_before:
+            state["evals"]["failure_dpo"] = _eval_and_log(
+                setup, logger, 0, trajectories, "eval_failure_dpo"
             )
 
 

@@ -5,6 +5,7 @@ trainable parameters, the learning-rate schedule and the run's output directory.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from torch import nn
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.backends.base import Generator, make_generator
+from agentic_rl.config.checks import config_differences
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
 from agentic_rl.config.validate_engines import resolve_device
 from agentic_rl.envs.from_config import make_envs, make_tasks
@@ -78,6 +81,24 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) 
 
 def run_dir(cfg: Config) -> Path:
     return Path(cfg.trainer.out_dir) / (cfg.trainer.run_name or cfg.recipe)
+
+
+def check_resume(out: Path, checkpoint: Path, cfg: Config) -> None:
+    """Refuse to resume `checkpoint` of run `out` when the run's settings (OUT/config.json)
+    differ from `cfg` beyond what a resume may change (config/checks.py RESUMABLE_KEYS), unless
+    trainer.resume=force: continuing would mix two experiments in one run, e.g. a `--smoke`
+    run resuming a full one or a changed learning rate continuing an old run's weights."""
+    saved_file = out / "config.json"
+    if cfg.trainer.resume == "force" or not saved_file.is_file():
+        return
+    saved = json.loads(saved_file.read_text())
+    changed = config_differences(saved, cfg.to_dict(), Config().to_dict())
+    if changed:
+        raise ConfigError(
+            f"{out} holds a run with other settings (checkpoint {checkpoint.name}); changed: "
+            f"{', '.join(changed)}. Use another trainer.run_name or trainer.out_dir for a new "
+            "run, or --force (trainer.resume=force) to resume anyway"
+        )
 
 
 def build(cfg: Config) -> Setup:
