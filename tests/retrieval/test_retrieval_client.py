@@ -12,13 +12,14 @@ import pytest
 from agentic_rl.retrieval.client import (
     QueryCache,
     RetrievalError,
+    RetrievalUnavailable,
     RetrieverClient,
     SearchClientTool,
 )
 from agentic_rl.retrieval.corpus import load_corpus
 from agentic_rl.retrieval.index import build_index, load_index
 from agentic_rl.retrieval.server import BackgroundServer, bind_socket, create_app
-from agentic_rl.tools.base import ToolError, call_tool, result_tag_of
+from agentic_rl.tools.base import ToolError, ToolInfrastructureError, call_tool, result_tag_of
 from agentic_rl.tools.search import BM25Search
 
 
@@ -121,23 +122,25 @@ def test_timeout_against_a_slow_server(retriever):
     with BackgroundServer(create_app(Slow(retriever, delay_s=1.5))) as running:
         tool = SearchClientTool(running.url, timeout_s=0.2, retries=2)
         start = time.monotonic()
-        outcome = call_tool(tool, {"query": "kettle"}, timeout_s=10)
+        # A slow server is infrastructure, not the model's doing: never an observation.
+        with pytest.raises(RetrievalUnavailable, match=r"timed out: no answer within 0.2 s"):
+            call_tool(tool, {"query": "kettle"}, timeout_s=10)
         elapsed = time.monotonic() - start
-    assert not outcome.ok
-    assert "timed out: no answer within 0.2 s" in outcome.text
     assert elapsed < 1.0  # a read timeout is not retried by default
 
 
-def test_unreachable_server_is_an_error_observation_not_a_crash():
+def test_unreachable_server_is_an_infrastructure_error_not_an_observation():
     url = dead_url()
     tool = SearchClientTool(url, retries=1, backoff_s=0.01)
-    with pytest.raises(ToolError) as info:
+    with pytest.raises(RetrievalUnavailable) as info:
         tool(query="kettle")
     message = str(info.value)
     assert f"search server at {url}/retrieve unavailable after 2 attempt(s)" in message
     assert "could not connect (ConnectError" in message
-    outcome = call_tool(tool, {"query": "kettle"}, timeout_s=10)
-    assert not outcome.ok and outcome.text.startswith("Error: search server at")
+    assert isinstance(info.value, ToolInfrastructureError)
+    # call_tool turns model mistakes into observations, but lets this one through
+    with pytest.raises(ToolInfrastructureError):
+        call_tool(tool, {"query": "kettle"}, timeout_s=10)
 
 
 def test_record_then_replay_without_the_server(retriever, tmp_path):

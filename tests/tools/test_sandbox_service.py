@@ -158,7 +158,7 @@ def test_serve_sandbox_has_the_allow_unisolated_switch(monkeypatch, capsys):
     args = parser.parse_args(["serve-sandbox", "--allow-unisolated", "--port", "0"])
     seen = {}
 
-    def refuse(host, port, workers, limits, backend):
+    def refuse(host, port, workers, limits, backend, **guard):
         seen["limits"] = limits
         raise SandboxUnavailableError("refusing to run model code without isolation: ...")
 

@@ -302,3 +302,30 @@ def test_pages_are_cut_at_the_size_limit_while_reading():
     assert len(pulled) <= 11  # reading stopped at the limit
     with pytest.raises(WebError, match="too large"):
         web.fetch("https://a.invalid/declared")
+
+
+def test_a_search_provider_that_is_down_is_an_infrastructure_error(monkeypatch):
+    """Not the model's doing: raised through call_tool (the episode is replayed or dropped),
+    while a page the model picked that cannot be fetched stays an observation."""
+    from agentic_rl.tools.base import ToolInfrastructureError
+    from agentic_rl.tools.web import WebSearchUnavailable
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api":
+            return httpx.Response(503)
+        return httpx.Response(200, json={"unexpected": "shape"})
+
+    monkeypatch.setenv("AGENTIC_RL_WEB_API_KEY", "k")
+    down = HttpSearchProvider(
+        "https://search.invalid/api", enabled=True, transport=httpx.MockTransport(handler)
+    )
+    with pytest.raises(WebSearchUnavailable, match="web search failed") as info:
+        down.search("q", 1)
+    assert isinstance(info.value, ToolInfrastructureError)
+    odd = HttpSearchProvider(
+        "https://search.invalid/other", enabled=True, transport=httpx.MockTransport(handler)
+    )
+    with pytest.raises(WebSearchUnavailable, match="has no list"):
+        odd.search("q", 1)
+    down.close()
+    odd.close()

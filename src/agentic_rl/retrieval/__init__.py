@@ -35,6 +35,7 @@ _EXPORTS = {
     "RetrieverClient": "client",
     "SearchClientTool": "client",
     "RetrievalError": "client",
+    "RetrievalUnavailable": "client",
 }
 
 __all__ = sorted(_EXPORTS)

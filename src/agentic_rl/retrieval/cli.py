@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+from agentic_rl.tools.http_guard import add_guard_arguments
+
 _PARAM_FLAGS = {  # flag dest -> build_index parameter name
     "hnsw_m": "hnsw_m",
     "ef_construction": "ef_construction",
@@ -99,6 +101,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
             default_topk=args.topk,
             rerank=args.rerank,
             batch_wait_ms=args.batch_wait_ms,
+            token=args.auth_token,
+            max_inflight=args.max_inflight,
         )
     except _user_errors() as err:
         print(f"error: {err}", file=sys.stderr)
@@ -107,11 +111,14 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
 
 def _add_build(index_sub: Any) -> None:
-    build = index_sub.add_parser("build", help="build an index from a Search-R1 JSONL corpus")
+    build = index_sub.add_parser("build", help="build an index from a JSONL corpus")
     build.add_argument(
         "corpus",
-        help='JSONL, one {"id", "contents"} per line (a title in quotes or not, a "title" '
-        "field, or none; see retrieval/corpus.py)",
+        help='JSONL file, one document per line: Search-R1\'s {"id", "contents"} with the '
+        'title in double quotes on the first line of contents ("\\"Title\\"\\ntext"); also '
+        "accepted: an unquoted first line as the title, one-line contents (no title), and "
+        '{"id" or "_id", "title", "text" or "contents"} rows (DPR psgs_w100, BEIR). Lines '
+        "that cannot be read are skipped and counted (--strict: fail)",
     )
     build.add_argument(
         "--strict",
@@ -152,13 +159,20 @@ def add_index_commands(subparsers: Any) -> None:
         "serve-retriever", help="serve an index over HTTP with Search-R1's /retrieve API"
     )
     serve.add_argument("index", help="index directory (from `index build`)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=8000, help="TCP port; POST /retrieve on it (8000)"
+    )
     serve.add_argument("--topk", type=int, default=3, help="topk when a request omits it")
     serve.add_argument("--rerank", type=int, default=0, help="rerank this many candidates")
     serve.add_argument(
         "--batch-wait-ms", type=float, default=2.0, help="merge requests arriving within this"
     )
+    add_guard_arguments(serve, default_inflight=256)
     serve.set_defaults(fn=cmd_serve_retriever)
 
 

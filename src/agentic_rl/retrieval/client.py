@@ -3,9 +3,13 @@
 `RetrieverClient` posts to `/retrieve` with retries (connection errors and 5xx, exponential
 backoff) and a per-request timeout. `SearchClientTool` is the agent-facing tool: Search-R1 text
 formatting (tools/search.py), and a record/replay cache so a training run can be repeated
-without the server (DeepResearcher trains against a cached web the same way). Every failure is
-a `ToolError` with a message written for the agent, which the env's `call_tool` turns into an
-observation: a dead server costs an episode a wasted turn, never the training run.
+without the server (DeepResearcher trains against a cached web the same way). A request the
+server rejects (4xx: e.g. a query over the length limit) is a `RetrievalError` (a ToolError)
+with a message written for the agent, which the env's `call_tool` turns into an observation. A
+server that cannot answer (unreachable, 5xx or timeouts after the retries, a malformed reply,
+a refused token) is `RetrievalUnavailable`, a `ToolInfrastructureError`: not the model's doing,
+so the episode is retried or dropped, never trained on (train/collect.py). The token of a
+guarded server (tools/http_guard.py) comes from `token` or $AGENTIC_RL_API_TOKEN.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import ToolError, ToolInfrastructureError
+from agentic_rl.tools.http_guard import resolve_token
 from agentic_rl.tools.search import format_results
 
 CacheMode = Literal["off", "record", "replay"]
@@ -26,7 +31,16 @@ Results = list[list[dict[str, Any]]]
 
 
 class RetrievalError(ToolError):
-    """The retrieval server could not answer (unreachable, slow, 4xx/5xx, malformed reply)."""
+    """The retrieval server refused the request (4xx), or a replay cache has no answer."""
+
+
+class RetrievalUnavailable(RetrievalError, ToolInfrastructureError):
+    """The retrieval server could not answer: unreachable, 5xx or slow after the retries, a
+    malformed reply, or access refused (401/403/404/429). Infrastructure, not the model."""
+
+
+# Answers that say the server (or its configuration) is at fault, not the request.
+_INFRA_STATUS = {401, 403, 404, 408, 429}
 
 
 def _endpoint(url: str) -> str:
@@ -58,6 +72,7 @@ class RetrieverClient:
     retries: int = 2
     backoff_s: float = 0.2
     retry_on_timeout: bool = False
+    token: str | None = None
     _http: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +81,9 @@ class RetrieverClient:
         if self.timeout_s <= 0 or self.retries < 0 or self.backoff_s < 0:
             raise ValueError("timeout_s must be > 0, retries and backoff_s >= 0")
         self.endpoint = _endpoint(self.url)
-        self._http = httpx.Client(timeout=self.timeout_s)
+        token = resolve_token(self.token)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=self.timeout_s, headers=headers)
 
     def _attempt(self, payload: dict[str, Any]) -> tuple[Any, str | None]:
         """One POST: (parsed JSON, None) on success, or (None, retryable error text); raises
@@ -81,11 +98,18 @@ class RetrieverClient:
             message = f"no answer within {self.timeout_s:g} s"
             if self.retry_on_timeout:
                 return None, message
-            raise RetrievalError(f"search server at {self.endpoint} timed out: {message}") from None
+            raise RetrievalUnavailable(
+                f"search server at {self.endpoint} timed out: {message}"
+            ) from None
         except httpx.TransportError as exc:
             return None, f"could not connect ({type(exc).__name__}: {exc})"
-        if response.status_code >= 500:
+        if response.status_code >= 500 or response.status_code == 429:
             return None, f"server error {response.status_code}: {_detail(response)}"
+        if response.status_code in _INFRA_STATUS:
+            raise RetrievalUnavailable(
+                f"search server at {self.endpoint} refused access ({response.status_code}): "
+                f"{_detail(response)}"
+            )
         if response.status_code >= 400:
             raise RetrievalError(
                 f"search request rejected ({response.status_code}): {_detail(response)}"
@@ -93,7 +117,7 @@ class RetrieverClient:
         try:
             return response.json(), None
         except ValueError:
-            raise RetrievalError("search server sent a reply that is not JSON") from None
+            raise RetrievalUnavailable("search server sent a reply that is not JSON") from None
 
     def retrieve(self, queries: list[str], topk: int = 3, return_scores: bool = True) -> Results:
         """Results per query, exactly as the server sends them."""
@@ -105,7 +129,7 @@ class RetrieverClient:
             body, error = self._attempt(payload)
             if error is None:
                 return _check_reply(body, len(queries), return_scores)
-        raise RetrievalError(
+        raise RetrievalUnavailable(
             f"search server at {self.endpoint} unavailable after {self.retries + 1} attempt(s): "
             f"{error}"
         )
@@ -120,7 +144,9 @@ class RetrieverClient:
             response.raise_for_status()
             return response.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise RetrievalError(f"health check of {url} failed: {type(exc).__name__}") from None
+            raise RetrievalUnavailable(
+                f"health check of {url} failed: {type(exc).__name__}"
+            ) from None
 
     def close(self) -> None:
         self._http.close()
@@ -129,12 +155,14 @@ class RetrieverClient:
 def _check_reply(body: Any, num_queries: int, return_scores: bool) -> Results:
     result = body.get("result") if isinstance(body, dict) else None
     if not isinstance(result, list) or len(result) != num_queries:
-        raise RetrievalError("search server reply has no 'result' list with one entry per query")
+        raise RetrievalUnavailable(
+            "search server reply has no 'result' list with one entry per query"
+        )
     for row in result:
         for item in row if isinstance(row, list) else [None]:
             doc = item.get("document") if return_scores and isinstance(item, dict) else item
             if not isinstance(doc, dict) or not isinstance(doc.get("contents"), str):
-                raise RetrievalError("search server reply has a malformed document")
+                raise RetrievalUnavailable("search server reply has a malformed document")
     return result
 
 
@@ -210,6 +238,7 @@ class SearchClientTool:
     backoff_s: float = 0.2
     cache_path: str | Path | None = None
     cache_mode: CacheMode = "off"
+    token: str | None = None
     name: str = "search"
     description: str = "Search the knowledge base and return the most relevant documents."
     parameters: dict[str, Any] = field(default_factory=_search_parameters)
@@ -229,7 +258,9 @@ class SearchClientTool:
         if self.cache_mode != "replay":
             if not self.url:
                 raise ValueError("a server url is needed unless cache_mode is 'replay'")
-            self.client = RetrieverClient(self.url, self.timeout_s, self.retries, self.backoff_s)
+            self.client = RetrieverClient(
+                self.url, self.timeout_s, self.retries, self.backoff_s, token=self.token
+            )
 
     def retrieve(self, queries: list[str], topk: int | None = None) -> Results:
         """Scored results per query; cache hits are served locally, misses in one request."""

@@ -8,7 +8,11 @@
 As in Search-R1's retrieval_server.py, `topk` may be omitted or null (the server's default is
 used) and `return_scores` defaults to false. Stricter than Search-R1: topk must be an integer in
 [1, max_topk] (Search-R1 silently treats 0 as the default), and malformed bodies get a 4xx with
-a message instead of a stack trace. Retrieval runs in a worker thread, so the event loop keeps
+a message instead of a stack trace (deeply nested JSON included). In front of every route sits
+the servers' shared guard (tools/http_guard.py): the body size is checked before and while it
+is read (chunked bodies too), at most `max_inflight` requests are in flight (the next gets 503
+at once, so the batcher's queue cannot grow without bound), and a server bound to a
+non-loopback address refuses to start without a bearer token. Retrieval runs in a worker thread, so the event loop keeps
 accepting requests; concurrent requests with the same topk can be merged into one batched
 retrieval call (`batch_wait_ms` > 0), which is what makes dense retrieval fast under load.
 """
@@ -16,7 +20,6 @@ retrieval call (`batch_wait_ms` > 0), which is what makes dense retrieval fast u
 # No `from __future__ import annotations` here: FastAPI must resolve the `Request` annotation of
 # the handlers at runtime, and that class is imported inside create_app to keep imports lazy.
 import asyncio
-import json
 import socket
 import threading
 import time
@@ -25,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.retrieval.index import Retriever
+from agentic_rl.tools.http_guard import BodyError, Guard, loads_json, require_token
 
 DEFAULT_TOPK = 3
 MAX_TOPK = 100
 MAX_QUERIES = 512
 MAX_QUERY_CHARS = 4096
 MAX_BODY_BYTES = 4 << 20
+MAX_INFLIGHT = 256
 
 
 class RequestError(ValueError):
@@ -50,6 +55,8 @@ class Limits:
     max_queries: int = MAX_QUERIES
     max_query_chars: int = MAX_QUERY_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
+    max_inflight: int = MAX_INFLIGHT
+    """Requests in flight at once; more get 503 (0: unbounded)."""
 
 
 def _is_int(value: Any) -> bool:
@@ -61,9 +68,9 @@ def parse_retrieve_request(raw: bytes, limits: Limits) -> tuple[list[str], int, 
     if len(raw) > limits.max_body_bytes:
         raise RequestError(f"body larger than {limits.max_body_bytes} bytes", status=413)
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestError("body is not valid JSON", status=400) from None
+        body = loads_json(raw)
+    except BodyError as err:
+        raise RequestError(str(err), status=err.status) from None
     if not isinstance(body, dict):
         raise RequestError("body must be a JSON object with 'queries'")
     unknown = sorted(set(body) - {"queries", "topk", "return_scores"})
@@ -160,8 +167,10 @@ def create_app(
     limits: Limits | None = None,
     batch_wait_ms: float = 0.0,
     info: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> Any:
-    """The FastAPI app serving `retriever` (see the module docstring for the API)."""
+    """The FastAPI app serving `retriever` (see the module docstring for the API); with a
+    `token`, every route but /health needs `Authorization: Bearer <token>`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
@@ -169,12 +178,19 @@ def create_app(
     batcher = MicroBatcher(retriever, batch_wait_ms / 1000.0)
     details = dict(info if info is not None else getattr(retriever, "info", {}))
     app = FastAPI(title="agentic-rl retriever", description="Search-R1 compatible /retrieve API")
+    guard = Guard(limits.max_body_bytes, token, limits.max_inflight).install(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", **details, "default_topk": limits.default_topk}
+        return {
+            "status": "ok",
+            **details,
+            "default_topk": limits.default_topk,
+            "inflight": guard.inflight,
+            "refused": dict(guard.refused),
+        }
 
-    @app.post("/retrieve")
+    @app.post("/retrieve", openapi_extra=retrieve_openapi(limits))
     async def retrieve(request: Request) -> Any:
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limits.max_body_bytes:  # before reading it
@@ -196,6 +212,26 @@ def create_app(
         return {"result": results}
 
     return app
+
+
+def retrieve_openapi(limits: Limits) -> dict[str, Any]:
+    """The /retrieve request body as OpenAPI (the handler reads the raw body itself, so FastAPI
+    cannot infer it): documents the API and lets schemathesis fuzz it."""
+    schema = {
+        "type": "object",
+        "required": ["queries"],
+        "additionalProperties": False,
+        "properties": {
+            "queries": {
+                "type": "array",
+                "maxItems": limits.max_queries,
+                "items": {"type": "string", "maxLength": limits.max_query_chars},
+            },
+            "topk": {"type": ["integer", "null"], "minimum": 1, "maximum": limits.max_topk},
+            "return_scores": {"type": "boolean"},
+        },
+    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -260,14 +296,19 @@ def serve(
     rerank: int = 0,
     batch_wait_ms: float = 2.0,
     log_level: str = "info",
+    token: str | None = None,
+    max_inflight: int = MAX_INFLIGHT,
 ) -> None:
-    """Load an index directory and serve it until interrupted (blocks)."""
+    """Load an index directory and serve it until interrupted (blocks). `token` (default
+    $AGENTIC_RL_API_TOKEN) is required when `host` is not a loopback address."""
     import uvicorn
 
     from agentic_rl.retrieval.index import load_index
 
+    token = require_token(host, token, "serve-retriever")  # before the slow index load
     retriever = load_index(index_dir, rerank=rerank)
     retriever.warmup()  # load the embedding model before the first request, not during it
-    app = create_app(retriever, Limits(default_topk=default_topk), batch_wait_ms=batch_wait_ms)
+    limits = Limits(default_topk=default_topk, max_inflight=max_inflight)
+    app = create_app(retriever, limits, batch_wait_ms=batch_wait_ms, token=token)
     print(f"serving {index_dir} ({retriever.info}) on http://{host}:{port}/retrieve", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -22,11 +22,15 @@ class ServeLimits:
     """Largest request body accepted."""
     max_batch: int = 32
     """Concurrent calls generated together in one batch."""
+    max_inflight: int = 128
+    """Requests in flight at once (queued calls included); more get 503 (0: unbounded)."""
 
 
 class GenerationQueue:
     """Calls that arrive while a batch is generating are generated together in the next one,
-    so N agents running at once cost about one batched decode, not N sequential ones."""
+    so N agents running at once cost about one batched decode, not N sequential ones. When a
+    batch fails, each of its calls is generated alone: a failure stays with the call that
+    caused it. The queue is bounded by the server's in-flight limit (tools/http_guard.py)."""
 
     def __init__(self, run: Callable[[list, list], Any], max_batch: int) -> None:
         self.run = run
@@ -54,11 +58,30 @@ class GenerationQueue:
                 results = await run_in_threadpool(
                     self.run, [p for p, _, _ in live], [q for _, q, _ in live]
                 )
-            except Exception as exc:  # every waiter gets the failure; the server stays up
-                for _, _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
+            except Exception as exc:
+                if len(live) == 1:  # the failure is this call's own; the server stays up
+                    if not live[0][2].done():
+                        live[0][2].set_exception(exc)
+                    continue
+                # One bad call must not fail the others batched with it: each alone.
+                for item in live:
+                    await self._run_alone(item)
                 continue
             for (_, _, future), result in zip(live, results, strict=True):
                 if not future.done():
                     future.set_result(result)
+
+    async def _run_alone(self, item: tuple[list[int], SamplingParams, asyncio.Future]) -> None:
+        from starlette.concurrency import run_in_threadpool
+
+        prompt, params, future = item
+        if future.done():
+            return
+        try:
+            (result,) = await run_in_threadpool(self.run, [prompt], [params])
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(result)

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.tools.http_guard import add_guard_arguments
+
 DEFAULT_RECIPE = "calculator_grpo"
 
 
@@ -31,15 +33,20 @@ def serve_policy(
     group_size: int | None = None,
     episode_ttl: float = 1800.0,
     log_level: str = "info",
+    token: str | None = None,
+    max_inflight: int = 128,
 ) -> None:
-    """Build the recipe's policy, generator and learner settings and serve until interrupted."""
+    """Build the recipe's policy, generator and learner settings and serve until interrupted.
+    `token` (default $AGENTIC_RL_API_TOKEN) is required when `host` is not loopback."""
     import uvicorn
 
     from agentic_rl.config.load import load_config
     from agentic_rl.serving.batching import ServeLimits
     from agentic_rl.serving.policy_server import PolicyService, create_app
+    from agentic_rl.tools.http_guard import require_token
     from agentic_rl.train.setup import build
 
+    token = require_token(host, token, "serve-policy")  # before building the model
     cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
     setup = build(cfg)
     context = getattr(setup.policy.config, "max_position_embeddings", 2048)
@@ -49,7 +56,12 @@ def serve_policy(
     service = PolicyService.from_setup(
         setup,
         model_name=model_name or cfg.model.name,
-        limits=ServeLimits(default_max_tokens=max_tokens, max_context=context, max_batch=max_batch),
+        limits=ServeLimits(
+            default_max_tokens=max_tokens,
+            max_context=context,
+            max_batch=max_batch,
+            max_inflight=max_inflight,
+        ),
         on_mismatch=on_mismatch,  # type: ignore[arg-type]
         export=export,
         train_every=train_every,
@@ -69,7 +81,7 @@ def serve_policy(
         f"as model {service.model_name!r}; episodes -> {export}{training}",
         flush=True,
     )
-    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(service, token), host=host, port=port, log_level=log_level)
 
 
 def _cmd_serve_policy(args: argparse.Namespace) -> int:
@@ -80,6 +92,15 @@ def _cmd_serve_policy(args: argparse.Namespace) -> int:
         print(
             f"error: serve-policy needs FastAPI and uvicorn, which are not installed ({err}): "
             "pip install 'agentic-rl[retrieval]'",
+            file=sys.stderr,
+        )
+        return 2
+    from agentic_rl.tools.http_guard import is_loopback, resolve_token
+
+    if resolve_token(args.auth_token) is None and not is_loopback(args.host):
+        print(
+            f"error: serve-policy bound to {args.host} needs an access token: pass "
+            "--auth-token TOKEN or set AGENTIC_RL_API_TOKEN (OpenAI clients send it as api_key)",
             file=sys.stderr,
         )
         return 2
@@ -97,6 +118,8 @@ def _cmd_serve_policy(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         group_size=args.group_size,
         episode_ttl=args.episode_ttl,
+        token=args.auth_token,
+        max_inflight=args.max_inflight,
     )
     return 0
 
@@ -175,5 +198,6 @@ def add_serve_policy_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--save-dir", help="save the model here after each update")
     parser.add_argument("--max-batch", type=_positive, default=32, help="calls generated at once")
+    add_guard_arguments(parser, default_inflight=128)
     parser.set_defaults(fn=_cmd_serve_policy)
     return parser

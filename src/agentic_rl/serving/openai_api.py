@@ -10,6 +10,11 @@ calls a tool as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (gene
 `<tool_response>`. A call the model writes is returned as an OpenAI `tool_calls` entry; a
 malformed one stays plain content and is counted (`invalid_tool_calls`), never an error.
 
+Every field is validated here, at the edge (types, ranges: a `seed` must fit 64 bits, a `tools`
+entry must be an object, bodies nested deeper than tools/http_guard.MAX_JSON_DEPTH are
+refused), so a malformed request is a 4xx and never reaches generation, where it could fail
+the other requests batched with it.
+
 Strict on purpose: a sampling option this server would not apply (n > 1, penalties, logit
 bias, streaming, forced tool choice) or an unknown field is a 400 naming it, because silently
 sampling differently from what the client asked would train on the wrong distribution.
@@ -18,12 +23,14 @@ sampling differently from what the client asked would train on the wrong distrib
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_rl.formats.chat import HermesFormat, tool_message
 from agentic_rl.formats.tir import hermes_tools_prompt
+from agentic_rl.tools.http_guard import BodyError, json_depth_ok, loads_json
 from agentic_rl.types import Action, Message, SamplingParams
 
 TOOL_CALL_END = "</tool_call>"
@@ -52,6 +59,8 @@ OFF_VALUES: dict[str, tuple[Any, ...]] = {
 }
 SAMPLING_FIELDS = {"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p"}
 SAMPLING_FIELDS |= {"stop", "seed", "tools", "tool_choice", "logprobs"}
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""OpenAI's seed is a signed 64-bit integer; outside it torch's generator raises mid-batch."""
 
 
 class ApiError(ValueError):
@@ -110,11 +119,29 @@ class ChatRequest:
         return json.dumps([vars(t) for t in self.tools], sort_keys=True)
 
 
+def load_body(raw: bytes) -> Any:
+    """Parse a request body: ApiError (400) for invalid JSON or nesting too deep to handle."""
+    try:
+        return loads_json(raw)
+    except BodyError as err:
+        raise ApiError(str(err), err.status) from None
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number (not a bool) that is finite as a float (10**400 is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _number(body: dict, key: str, low: float, high: float, default: float) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+    if not finite_number(value) or not low <= value <= high:
         raise ApiError(f"'{key}' must be a number in [{low}, {high}], got {value!r}", param=key)
     return float(value)
 
@@ -150,8 +177,10 @@ def _tool_calls(value: Any, where: str) -> list[tuple[str, Any]]:
             raise ApiError(f"{where}.tool_calls[{j}].function.arguments must be a string")
         try:
             parsed: Any = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             parsed = arguments  # kept verbatim: the model may have written it that way
+        if not json_depth_ok(parsed):
+            raise ApiError(f"{where}.tool_calls[{j}].function.arguments is nested too deeply")
         calls.append((fn["name"], parsed))
     return calls
 
@@ -183,7 +212,11 @@ def _tools(value: Any) -> list[ToolSpec]:
         raise ApiError("'tools' must be a list of function tools", param="tools")
     specs = []
     for i, tool in enumerate(value):
-        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict):
+            raise ApiError(
+                f"tools[{i}] must be an object, got {type(tool).__name__}", param="tools"
+            )
+        fn = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(fn, dict):
             raise ApiError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
         name, params = fn.get("name"), fn.get("parameters", {"type": "object", "properties": {}})
@@ -223,10 +256,7 @@ def episode_id_of(body: dict[str, Any], header: str | None) -> str | None:
 
 def parse_chat_request(raw: bytes, header_episode: str | None = None) -> ChatRequest:
     """Validate a /v1/chat/completions body; raises ApiError (4xx) naming what is wrong."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError("body is not valid JSON") from None
+    body = load_body(raw)
     if not isinstance(body, dict):
         raise ApiError("body must be a JSON object")
     unknown = sorted(set(body) - IGNORED_FIELDS - set(OFF_VALUES) - SAMPLING_FIELDS)
@@ -245,8 +275,13 @@ def parse_chat_request(raw: bytes, header_episode: str | None = None) -> ChatReq
             f"'max_tokens' must be a positive integer, got {max_tokens!r}", param="max_tokens"
         )
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ApiError(f"'seed' must be an integer, got {seed!r}", param="seed")
+    low, high = SEED_RANGE
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high
+    ):
+        raise ApiError(
+            f"'seed' must be an integer in [-2**63, 2**63 - 1], got {seed!r}", param="seed"
+        )
     tool_choice = body.get("tool_choice", "auto")
     if tool_choice not in ("auto", "none", None):
         raise ApiError("only tool_choice 'auto' or 'none' is supported", param="tool_choice")

@@ -16,7 +16,15 @@ The episode of a call is the `X-Episode-Id` header, `metadata.episode_id` or `us
 one, the open episode whose conversation the call extends. Episodes opening with the same
 prompt share a GRPO group unless the reward names one. Concurrent calls are generated together
 in one batch (`GenerationQueue`; with the HF generator a batch samples from the `seed` of its
-first call). Malformed input gets a 4xx with an OpenAI-style error body.
+first call); when a batch fails, each of its calls is retried alone, so one bad call fails
+only itself. Malformed input gets a 4xx with an OpenAI-style error body: every field is
+validated before it reaches generation (serving/openai_api.py).
+
+The servers' shared guard (tools/http_guard.py) sits in front of every route: a server bound to
+a non-loopback address needs a bearer token (`--auth-token` or $AGENTIC_RL_API_TOKEN; OpenAI
+clients send it as their `api_key`) and refuses to start without one; the body size is checked
+before and while it is read (chunked bodies too); at most `max_inflight` requests are in flight
+and the next gets 503 at once; the recorder's open-episode limit answers 429.
 
 Training (`train_every`, or `take_finished` + `train` in-process) runs the trainer's own update
 (`train.loop.update_policy`) on whole groups only: a group is trained once `group_size` of its
@@ -30,8 +38,6 @@ idle for `episode_ttl_s` expire, so abandoned ones do not hold the open-episode 
 # No `from __future__ import annotations`: FastAPI resolves the handlers' `Request` annotation
 # at runtime, and that class is imported inside create_app to keep imports lazy.
 import dataclasses
-import json
-import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,15 +50,90 @@ from agentic_rl.learner.batch import Episodes
 from agentic_rl.scale.async_rollout import check_stale_correction
 from agentic_rl.serving.batching import GenerationQueue, ServeLimits
 from agentic_rl.serving.export import JsonlWriter, trajectory_record
-from agentic_rl.serving.openai_api import ApiError, hermes_format, parse_chat_request
+from agentic_rl.serving.openai_api import (
+    ApiError,
+    finite_number,
+    hermes_format,
+    load_body,
+    parse_chat_request,
+)
 from agentic_rl.serving.openai_reply import build_reply, completion_body
 from agentic_rl.serving.recorder import EpisodeRecorder, OnMismatch
+from agentic_rl.tools.http_guard import Guard
 from agentic_rl.train.loop import update_policy
 from agentic_rl.train.setup import make_optimizer, set_learning_rate
 from agentic_rl.train.summary import summarize
 from agentic_rl.types import Completion, SamplingParams
 
 REWARD_FIELDS = {"reward", "step_rewards", "group_id", "task_id", "success", "truncated"}
+
+# Request bodies as OpenAPI (the handlers read raw bodies, so FastAPI cannot infer them): they
+# document the API and let schemathesis fuzz it. Validation itself is in parse_chat_request and
+# _reward_body, which accept exactly these shapes.
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "additionalProperties": False,
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {"type": "string"},
+    },
+}
+_TOOL = {
+    "type": "object",
+    "required": ["type", "function"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"enum": ["function"]},
+        "function": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "description": {"type": "string"},
+                "parameters": {"type": "object"},
+            },
+        },
+    },
+}
+CHAT_SCHEMA = {
+    "type": "object",
+    "required": ["messages"],
+    "additionalProperties": False,
+    "properties": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "minItems": 1, "maxItems": 8, "items": _MESSAGE},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 64},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "seed": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+        "stop": {
+            "type": "array",
+            "maxItems": 4,
+            "items": {"type": "string", "minLength": 1},
+        },
+        "tools": {"type": "array", "maxItems": 4, "items": _TOOL},
+        "tool_choice": {"enum": ["auto", "none"]},
+        "logprobs": {"type": "boolean"},
+    },
+}
+REWARD_SCHEMA = {
+    "type": "object",
+    "required": ["reward"],
+    "additionalProperties": False,
+    "properties": {
+        "reward": {"type": "number"},
+        "step_rewards": {"type": "array", "items": {"type": "number"}},
+        "group_id": {"type": "string", "minLength": 1},
+        "task_id": {"type": "string", "minLength": 1},
+        "success": {"type": "number"},
+        "truncated": {"type": "boolean"},
+    },
+}
+
+
+def _body_openapi(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 class PolicyService:
@@ -253,21 +334,14 @@ class PolicyService:
 
 
 def _reward_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError("body is not valid JSON") from None
+    body = load_body(raw)
     if not isinstance(body, dict):
         raise ApiError('body must be a JSON object like {"reward": 1.0}')
     unknown = sorted(set(body) - REWARD_FIELDS)
     if unknown:
         raise ApiError(f"unknown field(s): {', '.join(unknown)}", param=unknown[0])
 
-    def finite(value: Any) -> bool:
-        return (
-            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        )
-
+    finite = finite_number
     if not finite(body.get("reward")):
         raise ApiError(
             f"'reward' must be a finite number, got {body.get('reward')!r}", param="reward"
@@ -285,13 +359,16 @@ def _reward_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def create_app(service: PolicyService) -> Any:
-    """The FastAPI app serving `service` (see the module docstring for the API)."""
+def create_app(service: PolicyService, token: str | None = None) -> Any:
+    """The FastAPI app serving `service` (see the module docstring for the API); with a
+    `token`, every route but /health needs `Authorization: Bearer <token>`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
     app = FastAPI(title="agentic-rl policy", description="OpenAI-compatible, records trajectories")
+    limits = service.limits
+    guard = Guard(limits.max_body_bytes, token, limits.max_inflight).install(app)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> Any:
@@ -323,6 +400,8 @@ def create_app(service: PolicyService) -> Any:
             "ready_episodes": service.recorder.ready(),
             "expired_episodes": dict(service.recorder.expired),
             "updates": len(service.updates),
+            "inflight": guard.inflight,
+            "refused": dict(guard.refused),
         }
 
     @app.get("/v1/models")
@@ -335,7 +414,7 @@ def create_app(service: PolicyService) -> Any:
         }
         return {"object": "list", "data": [entry]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_body_openapi(CHAT_SCHEMA))
     async def chat(request: Request) -> Any:
         raw = await body_of(request)
         try:
@@ -346,7 +425,7 @@ def create_app(service: PolicyService) -> Any:
             return failure(exc)
         return JSONResponse(body, headers={"X-Episode-Id": body["episode_id"]})
 
-    @app.post("/v1/episodes/{episode_id}/reward")
+    @app.post("/v1/episodes/{episode_id}/reward", openapi_extra=_body_openapi(REWARD_SCHEMA))
     async def reward(episode_id: str, request: Request) -> Any:
         raw = await body_of(request)
         try:  # may run a training update: off the event loop

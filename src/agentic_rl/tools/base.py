@@ -3,7 +3,12 @@
 A tool is any object with `name`, `description`, `parameters` (a JSON schema object, as in
 OpenAI / hermes tool definitions) and `__call__(**arguments) -> str`. Tools may raise: `call_tool`
 turns every failure (bad arguments, exceptions, hangs) into an error text the agent sees, because
-a bad action from the model is data, not a crash.
+a bad action from the model is data, not a crash. The one exception is
+`ToolInfrastructureError`: a server that is down, a timeout of a remote service, a lost worker.
+That is not something the model did, so it must not become an observation the model is trained
+on; `call_tool` re-raises it and the rollout ends the episode as failed (rollout/loop.py), the
+collector retries it with fresh envs and drops it from training if it keeps failing
+(train/collect.py).
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ class Tool(Protocol):
 
 class ToolError(Exception):
     """A user-facing tool failure; its message is shown to the agent as is."""
+
+
+class ToolInfrastructureError(Exception):
+    """The tool could not run for reasons outside the model's control (its server is
+    unreachable or timed out, a worker was lost). Never shown to the agent: `call_tool`
+    re-raises it and the episode is retried or dropped instead of trained on."""
 
 
 @dataclass
@@ -131,7 +142,8 @@ def _error_text(exc: BaseException) -> str:
 
 
 def call_tool(tool: Tool, arguments: Any, timeout_s: float, max_chars: int = 2000) -> ToolOutcome:
-    """Validate and run one tool call with a time limit. Never raises.
+    """Validate and run one tool call with a time limit. Raises only ToolInfrastructureError
+    (the tool's infrastructure failed: not an outcome of the model's action).
 
     The call runs in a daemon thread: a hung tool yields a timeout outcome after `timeout_s`
     and, being a daemon, cannot block the process from exiting (a ThreadPoolExecutor would,
@@ -182,5 +194,7 @@ def call_tool(tool: Tool, arguments: Any, timeout_s: float, max_chars: int = 200
         )
     if "error" in box:
         exc = box["error"]
+        if isinstance(exc, ToolInfrastructureError):
+            raise exc
         return ToolOutcome(text=_error_text(exc), ok=False, error=type(exc).__name__)
     return ToolOutcome(text=truncate(box["result"], max_chars), ok=True)

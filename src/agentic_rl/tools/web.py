@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urljoin, urlsplit
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import ToolError, ToolInfrastructureError
 from agentic_rl.tools.page_reader import PageReader, html_title, html_to_text, looks_like_html
 
 SearchHit = dict[str, str]
@@ -48,6 +48,12 @@ _WORD = re.compile(r"\w+")
 
 class WebError(ToolError):
     """A web search or fetch failed; the message is shown to the agent."""
+
+
+class WebSearchUnavailable(WebError, ToolInfrastructureError):
+    """The search provider could not answer (unreachable, timing out, a malformed reply): an
+    infrastructure failure, never shown to the agent (the episode is replayed or dropped). A
+    page the model asked for that cannot be fetched stays a WebError: the model chose it."""
 
 
 class WebDisabledError(RuntimeError):
@@ -268,9 +274,9 @@ class HttpSearchProvider:
             _, body = self._get(self.endpoint, params, self._headers(), check=False)
             items = _dig(json.loads(body), self.results_path)
         except (httpx.HTTPError, ValueError) as exc:
-            raise WebError(f"web search failed ({type(exc).__name__})") from None
+            raise WebSearchUnavailable(f"web search failed ({type(exc).__name__})") from None
         if not isinstance(items, list):
-            raise WebError(f"web search reply has no list at '{self.results_path}'")
+            raise WebSearchUnavailable(f"web search reply has no list at '{self.results_path}'")
         hits = []
         for item in items[:k]:
             if isinstance(item, Mapping) and item.get(self.url_key):

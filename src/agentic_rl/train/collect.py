@@ -5,17 +5,31 @@ step through the batch filters (`collect`), greedy evaluation and scripted-exper
 (`rollout/stepwise.py`) or with a context budget (`rollout/budgeted.py`), on local envs or a Ray
 env pool, and under FSDP2 each process plays its share of the groups (`DataParallel.my_share`)
 and every process receives all episodes (`DataParallel.gather_episodes`).
+
+Infrastructure failures are not model errors: an episode whose tools' infrastructure failed
+(a ToolInfrastructureError: the retrieval or sandbox server down or timing out; rollout/loop.py
+ends it and marks it `infra_failed`) is replayed with fresh envs, same task, group and reset
+seed, up to `rollout.infra_retries` times (`_play_here`). The whole batch is replayed with the
+same sampling seed and the replay replaces it: a seeded generator samples a batch as a whole,
+so once an episode ended early the others' later turns were sampled in a smaller batch, and a
+subset replayed alone would come out differently too; the whole replayed batch is exactly what
+an undisturbed run plays, so the run stays deterministic through an outage. An episode that
+still fails is dropped from the batch and counted (`infra_dropped`), never trained on or
+scored, and a batch that loses more than `rollout.max_infra_drop_fraction` of its episodes
+stops the run with an `InfrastructureFailure` that says so (`drop_infra_failures`).
 """
 
 from __future__ import annotations
 
 import random
+import time
 
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.learner.batch import Episodes
 from agentic_rl.rewards.custom import apply_reward_fn
 from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes
+from agentic_rl.rollout.memory import run_memory_episodes
 from agentic_rl.rollout.stepwise import run_stepwise
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
@@ -25,6 +39,35 @@ from agentic_rl.types import Task, Trajectory
 
 class DynamicSamplingError(RuntimeError):
     """Dynamic sampling could not fill a batch within filters.max_gen_batches rollouts."""
+
+
+class InfrastructureFailure(RuntimeError):
+    """Too many episodes of a batch failed for infrastructure reasons (tool servers down,
+    timeouts) even after their retries: the run stops rather than train on a shrunken batch."""
+
+
+def infra_failed(samples: list[Trajectory]) -> bool:
+    """Whether an episode ended on a failure of its tools' infrastructure (rollout/loop.py)."""
+    return any(s.metrics.get("infra_failed", 0.0) > 0 for s in samples)
+
+
+def drop_infra_failures(
+    episodes: list[list[Trajectory]], max_fraction: float, what: str
+) -> tuple[list[int], dict[str, float]]:
+    """Indices of the episodes to keep (those whose infrastructure held) and the counts;
+    raises InfrastructureFailure when more than `max_fraction` of them failed, or all did."""
+    keep = [i for i, samples in enumerate(episodes) if not infra_failed(samples)]
+    dropped = len(episodes) - len(keep)
+    retried = sum(1 for samples in episodes if samples and samples[0].metrics.get("infra_retries"))
+    if episodes and dropped and (dropped > max_fraction * len(episodes) or not keep):
+        raise InfrastructureFailure(
+            f"{dropped} of {len(episodes)} {what} episodes failed for infrastructure reasons "
+            "(a tool server unreachable, failing or timing out; see the messages above) even "
+            f"after rollout.infra_retries replays each, more than rollout.max_infra_drop_fraction="
+            f"{max_fraction:g} allows. Check the retrieval / sandbox servers and restart the run "
+            "(it resumes from its last checkpoint)"
+        )
+    return keep, {"infra_dropped": float(dropped), "infra_retried": float(retried)}
 
 
 def play(
@@ -54,12 +97,43 @@ def _play_here(
     seed: int,
     progress: float | None,
 ) -> list[list[Trajectory]]:
+    """`_play_once`, then, while episodes failed for infrastructure reasons, the batch replayed
+    with fresh envs (same tasks, groups and seed) after rollout.infra_retry_wait_s x attempt
+    seconds, up to rollout.infra_retries times; each replay replaces the whole batch (see the
+    module docstring). The samples of an episode that failed before carry `infra_retries`."""
+    cfg = setup.cfg.rollout
+    episodes = _play_once(setup, tasks, groups, act, seed, progress)
+    retries = [0] * len(episodes)
+    for attempt in range(1, cfg.infra_retries + 1):
+        failed = [i for i, samples in enumerate(episodes) if infra_failed(samples)]
+        if not failed:
+            break
+        for i in failed:
+            retries[i] = attempt
+        time.sleep(cfg.infra_retry_wait_s * attempt)  # a restarting server needs a moment
+        episodes = _play_once(setup, tasks, groups, act, seed, progress)
+    for samples, count in zip(episodes, retries, strict=True):
+        for sample in samples if count else []:
+            sample.metrics["infra_retries"] = float(count)
+    return episodes
+
+
+def _play_once(
+    setup: Setup,
+    tasks: list[Task],
+    groups: list[str],
+    act: Actor,
+    seed: int,
+    progress: float | None,
+) -> list[list[Trajectory]]:
     if not tasks:
         return []
     cfg = setup.cfg.rollout
     envs = make_envs(setup.cfg, len(tasks), progress, pool=setup.env_pool)
     if cfg.mode == "step":
         return run_stepwise(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
+    if cfg.mode == "memory":  # MemAgent: several independent conversations per episode
+        return run_memory_episodes(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
     if cfg.context_budget:  # long horizons: segments, each turn in the context it saw
         return run_budgeted_episodes(
             envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed
@@ -71,15 +145,31 @@ def _play_here(
     return episodes
 
 
-def rollout(setup: Setup, tasks: list[Task], group_size: int, seed: int, step: int) -> Episodes:
-    """`group_size` sampled episodes of each task; the episodes of a task form a group."""
+def rollout(
+    setup: Setup,
+    tasks: list[Task],
+    group_size: int,
+    seed: int,
+    step: int,
+    stats: dict[str, float] | None = None,
+) -> Episodes:
+    """`group_size` sampled episodes of each task; the episodes of a task form a group.
+    Episodes that failed for infrastructure reasons after their retries are left out (a group
+    may then be smaller); their counts are added to `stats`."""
     expanded = [task for task in tasks for _ in range(group_size)]
     groups = [f"{step}:{task.task_id}" for task in expanded]
     act = policy_actor(
         setup.generator, setup.fmt, setup.cfg.rollout, seed=seed, tokenizer=setup.tokenizer
     )
     progress = min(1.0, (step - 1) / max(setup.cfg.trainer.steps, 1))
-    return Episodes(play(setup, expanded, groups, act, seed, progress), expanded)
+    played = Episodes(play(setup, expanded, groups, act, seed, progress), expanded)
+    keep, counts = drop_infra_failures(
+        played.samples, setup.cfg.rollout.max_infra_drop_fraction, "rollout"
+    )
+    if stats is not None:
+        for key, value in counts.items():
+            stats[key] = stats.get(key, 0.0) + value
+    return played if len(keep) == len(played) else played.select(keep)
 
 
 def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, float]]:
@@ -96,13 +186,14 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
     group_size = f.ttrl_vote_samples or group_size
     kept, generated = Episodes(), Episodes()
     per_batch: list[dict[str, float]] = []  # shaping / filter metrics of each rollout batch
+    infra: dict[str, float] = {"infra_dropped": 0.0, "infra_retried": 0.0}
     gen = 0
     while gen < (f.max_gen_batches if f.dynamic_sampling else 1) and remaining:
         chosen = rng.sample(remaining, min(want, len(remaining)))
         taken = {id(task) for task in chosen}
         remaining = [task for task in remaining if id(task) not in taken]
         seed = cfg.trainer.seed * 100_000 + step + gen * 1_000_003
-        episodes = rollout(setup, chosen, group_size, seed, step)
+        episodes = rollout(setup, chosen, group_size, seed, step, infra)
         gen += 1
         trainable, batch_metrics = episodes, {}
         if f.ttrl_vote_samples:  # vote on all N, train on M of them
@@ -146,6 +237,7 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
             "generated_groups": float(len(generated.groups())),
             "kept_groups": float(len(kept.groups())),
             "zero_variance_groups": bf.zero_variance_fraction(generated),
+            **infra,
         }
     )
     return kept, generated, metrics
@@ -167,7 +259,9 @@ def eval_episodes(setup: Setup, tasks: list[Task] | None = None) -> list[list[Tr
             setup.generator, setup.fmt, cfg, seed=0, greedy=True, tokenizer=setup.tokenizer
         )
         episodes += play(setup, chunk, [f"eval:{t.task_id}" for t in chunk], act, seed=0)
-    return episodes
+    # An episode the infrastructure failed says nothing about the model: not scored.
+    keep, _ = drop_infra_failures(episodes, setup.cfg.rollout.max_infra_drop_fraction, "eval")
+    return episodes if len(keep) == len(episodes) else [episodes[i] for i in keep]
 
 
 def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:

@@ -37,6 +37,14 @@ needs libseccomp (`pyseccomp`, a dependency; Debian's `libseccomp2`); without it
 `isolation["seccomp"]` is False and the namespaces stand alone. cgroup limits need a cgroup v2
 subtree delegated to the trainer (e.g. `systemd-run --user --scope -p Delegate=yes ...`, or
 AGENTIC_RL_SANDBOX_CGROUP=<dir>); elsewhere `isolation["cgroup_error"]` says why not.
+
+As a service (`serve-sandbox`, `server.py`), `/run` is remote code execution by design: bound to
+a non-loopback address it refuses to start without a bearer token (`--auth-token` or
+AGENTIC_RL_API_TOKEN; `SandboxClient` sends it), bodies are size-checked before they are read,
+deeply nested JSON is a 400, and at most `--max-inflight` requests (default 8 per worker) are
+queued before the next gets 503 (tools/http_guard.py). A service that is unreachable, failing
+or busy raises `SandboxUnreachable`, an infrastructure error: the episode is replayed or
+dropped, never trained on (train/collect.py).
 """
 
 from agentic_rl.tools.sandbox.client import PythonTool, SandboxClient, format_result

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from agentic_rl.tools.http_guard import add_guard_arguments
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 
 
@@ -30,8 +31,16 @@ def _cmd_serve_sandbox(args: argparse.Namespace) -> int:
     from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
 
     try:
-        serve_sandbox(args.host, args.port, args.workers, limits, backend=args.backend)
-    except SandboxUnavailableError as err:
+        serve_sandbox(
+            args.host,
+            args.port,
+            args.workers,
+            limits,
+            backend=args.backend,
+            token=args.auth_token,
+            max_inflight=args.max_inflight,
+        )
+    except (SandboxUnavailableError, ValueError) as err:
         print(f"error: {err}")
         return 2
     return 0
@@ -71,5 +80,6 @@ def add_sandbox_command(subparsers: Any) -> argparse.ArgumentParser:
         "had: it can then read your files, signal your processes and reach the network",
     )
     parser.add_argument("--backend", choices=["auto", "fastapi", "stdlib"], default="auto")
+    add_guard_arguments(parser, default_inflight=None)  # None: 8 per worker
     parser.set_defaults(fn=_cmd_serve_sandbox)
     return parser

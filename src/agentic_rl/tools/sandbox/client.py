@@ -2,7 +2,10 @@
 
 PythonTool runs on anything with `run(code, timeout_s) -> ExecutionResult`: a SandboxPool in
 process or a SandboxClient talking to `agentic-rl serve-sandbox`. The client uses only urllib,
-so rollout workers need no HTTP library.
+so rollout workers need no HTTP library. A service that cannot be reached, answers 5xx or
+refuses access raises `SandboxUnreachable`, a ToolInfrastructureError: the episode is retried or
+dropped, never trained on (tools/base.py). The token of a guarded service comes from `token` or
+$AGENTIC_RL_API_TOKEN (tools/http_guard.py).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import ToolError, ToolInfrastructureError
+from agentic_rl.tools.http_guard import resolve_token
 from agentic_rl.tools.sandbox.limits import ExecutionResult
 
 
@@ -26,18 +30,27 @@ class SandboxRequestError(RuntimeError):
     """The service refused the request (4xx) or could not be reached."""
 
 
+class SandboxUnreachable(SandboxRequestError, ToolInfrastructureError):
+    """The service could not be reached, failed (5xx), is busy or refused access."""
+
+
+_INFRA_STATUS = {401, 403, 404, 408, 429}
+
+
 class SandboxClient:
     """Client for the sandbox service (`POST /run`, `GET /health`)."""
 
-    def __init__(self, url: str, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, connect_timeout_s: float = 10.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
+        self.token = resolve_token(token)
 
     def _request(self, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + path, data=data, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return json.loads(response.read())
@@ -46,9 +59,11 @@ class SandboxClient:
                 detail = json.loads(err.read()).get("detail", "")
             except (ValueError, AttributeError):
                 detail = ""
-            raise SandboxRequestError(f"sandbox service answered {err.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as err:
-            raise SandboxRequestError(f"sandbox service at {self.url} unreachable: {err}") from err
+            kind = SandboxUnreachable if err.code >= 500 or err.code in _INFRA_STATUS else None
+            message = f"sandbox service answered {err.code}: {detail}"
+            raise (kind or SandboxRequestError)(message) from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise SandboxUnreachable(f"sandbox service at {self.url} unreachable: {err}") from err
 
     def run(self, code: str, timeout_s: float | None = None) -> ExecutionResult:
         body: dict[str, Any] = {"code": code}

@@ -8,6 +8,14 @@ one over the size limit, 422 for wrong fields. Code over `max_code_chars` is not
 gets a 200 with a rejected ExecutionResult, exactly what `SandboxPool.run` returns in-process.
 FastAPI + uvicorn serve it where installed; otherwise the standard library's
 ThreadingHTTPServer does (same API, fewer connections per second).
+
+`/run` is remote code execution by design, so both backends apply the servers' shared guard
+(tools/http_guard.py): a server bound to a non-loopback address refuses to start without a
+bearer token, and then every request but /health needs `Authorization: Bearer <token>` (401);
+the body size is checked before it is read (FastAPI: chunked bodies are counted as they arrive;
+stdlib: a body without Content-Length is refused with 411); at most `max_inflight` requests
+are in flight (default 8 per worker), the next gets 503 at once instead of queueing threads
+without bound.
 """
 
 from __future__ import annotations
@@ -21,6 +29,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentic_rl.tools.http_guard import (
+    OPEN_PATHS,
+    BodyError,
+    Guard,
+    bearer_ok,
+    loads_json,
+    require_token,
+)
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
 
@@ -43,9 +59,9 @@ def parse_run_request(raw: bytes, limits: SandboxLimits) -> tuple[str, float | N
     if len(raw) > max_body_bytes(limits):
         raise RequestError(f"body larger than {max_body_bytes(limits)} bytes", status=413)
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestError("body is not valid JSON", status=400) from None
+        body = loads_json(raw)
+    except BodyError as err:
+        raise RequestError(str(err), status=err.status) from None
     if not isinstance(body, dict):
         raise RequestError("body must be a JSON object with 'code'")
     unknown = sorted(set(body) - {"code", "timeout_s"})
@@ -72,13 +88,40 @@ def handle_run(pool: SandboxPool, raw: bytes) -> tuple[int, dict[str, Any]]:
     return 200, pool.run(code, timeout).to_dict()
 
 
-def create_app(pool: SandboxPool) -> Any:
-    """The FastAPI app serving `pool`."""
+def default_max_inflight(pool: SandboxPool) -> int:
+    """Requests in flight before 503: a few queued behind each worker."""
+    return 8 * max(int(getattr(pool, "size", 4)), 1)
+
+
+def run_openapi(limits: SandboxLimits) -> dict[str, Any]:
+    """The /run request body as OpenAPI (the handler reads the raw body, so FastAPI cannot
+    infer it): documents the API and lets schemathesis fuzz it."""
+    schema = {
+        "type": "object",
+        "required": ["code"],
+        "additionalProperties": False,
+        "properties": {
+            "code": {"type": "string"},
+            "timeout_s": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "maximum": limits.max_timeout_s,
+            },
+        },
+    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def create_app(pool: SandboxPool, token: str | None = None, max_inflight: int | None = None) -> Any:
+    """The FastAPI app serving `pool`; with a `token`, every route but /health needs
+    `Authorization: Bearer <token>`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
     app = FastAPI(title="agentic-rl sandbox", description="Run Python in an isolated sandbox")
+    inflight = default_max_inflight(pool) if max_inflight is None else max_inflight
+    Guard(max_body_bytes(pool.limits), token, inflight).install(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -95,7 +138,7 @@ def create_app(pool: SandboxPool) -> Any:
     # This module's annotations are strings (PEP 563) and Request is imported locally, so
     # FastAPI could not resolve "Request" and would take it for a query parameter.
     run.__annotations__ = {"request": Request, "return": Any}
-    app.post("/run")(run)
+    app.post("/run", openapi_extra=run_openapi(pool.limits))(run)
     return app
 
 
@@ -112,7 +155,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _allowed(self) -> bool:
+        """Token check (401 answered here when it fails)."""
+        token = self.server.token  # type: ignore[attr-defined]
+        if self.path.split("?")[0] in OPEN_PATHS or bearer_ok(
+            self.headers.get("Authorization"), token
+        ):
+            return True
+        self.close_connection = True  # an unread body would be parsed as a request
+        self._reply(401, {"detail": "missing or wrong access token: send 'Authorization: Bearer'"})
+        return False
+
     def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        if not self._allowed():
+            return
         if self.path.split("?")[0] == "/health":
             self._reply(200, self.server.pool.health())  # type: ignore[attr-defined]
         else:
@@ -120,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         pool: SandboxPool = self.server.pool  # type: ignore[attr-defined]
+        if not self._allowed():
+            return
         if self.path.split("?")[0] != "/run":
             self._reply(404, {"detail": "not found; use POST /run or GET /health"})
             return
@@ -132,7 +190,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the unread body would be parsed as a request
             self._reply(413, {"detail": "body too large"})
             return
-        self._reply(*handle_run(pool, self.rfile.read(int(length))))
+        slots: threading.BoundedSemaphore | None = self.server.slots  # type: ignore[attr-defined]
+        if slots is not None and not slots.acquire(blocking=False):
+            self.close_connection = True
+            self._reply(503, {"detail": "server busy: too many requests in flight; retry"})
+            return
+        try:
+            self._reply(*handle_run(pool, self.rfile.read(int(length))))
+        finally:
+            if slots is not None:
+                slots.release()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # one line per request would drown the training logs
@@ -146,10 +213,17 @@ class SandboxServer:
     """
 
     def __init__(
-        self, pool: SandboxPool, host: str = "127.0.0.1", port: int = 0, backend: str = "auto"
+        self,
+        pool: SandboxPool,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        backend: str = "auto",
+        token: str | None = None,
+        max_inflight: int | None = None,
     ) -> None:
         self.pool = pool
         self.backend = resolve_backend(backend)
+        inflight = default_max_inflight(pool) if max_inflight is None else max_inflight
         self._thread: threading.Thread | None = None
         if self.backend == "fastapi":
             import uvicorn
@@ -159,13 +233,20 @@ class SandboxServer:
             self._sock.bind((host, port))
             self.host, self.port = self._sock.getsockname()[:2]
             config = uvicorn.Config(
-                create_app(pool), log_level="warning", access_log=False, lifespan="off"
+                create_app(pool, token, inflight),
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
             )
             self._uvicorn = uvicorn.Server(config)
         else:
             self._http = ThreadingHTTPServer((host, port), _Handler)
             self._http.daemon_threads = True
             self._http.pool = pool  # type: ignore[attr-defined]
+            self._http.token = token or None  # type: ignore[attr-defined]
+            self._http.slots = (  # type: ignore[attr-defined]
+                threading.BoundedSemaphore(inflight) if inflight else None
+            )
             self.host, self.port = self._http.server_address[:2]
 
     @property
@@ -232,10 +313,14 @@ def serve_sandbox(
     pool_size: int = 4,
     limits: SandboxLimits | None = None,
     backend: str = "auto",
+    token: str | None = None,
+    max_inflight: int | None = None,
 ) -> None:
-    """Start a pool and serve it until interrupted (blocks)."""
+    """Start a pool and serve it until interrupted (blocks). `token` (default
+    $AGENTIC_RL_API_TOKEN) is required when `host` is not a loopback address."""
+    token = require_token(host, token, "serve-sandbox")  # before starting any worker
     with SandboxPool(pool_size, limits) as pool:
-        server = SandboxServer(pool, host, port, backend)
+        server = SandboxServer(pool, host, port, backend, token, max_inflight)
         checks = ", ".join(k for k, v in pool.isolation.items() if v is True)
         print(f"sandbox: {pool_size} workers ({checks}) on {server.url} [{server.backend}]")
         server.start()
