@@ -142,6 +142,8 @@ def row_to_task(row: Mapping[str, Any], *, source: str = "row", index: int = 0) 
         fields["search_keys"] = truth["search_keys"]
     if extra.get("support_docs"):
         fields["support_docs"] = _support_docs(extra["support_docs"])
+    if isinstance(row.get("context"), str):  # long-document QA (MemAgent): the document
+        fields["context"] = row["context"]
     task_id = row.get("id")
     if task_id is None or str(task_id) == "":
         split = extra.get("split", "")

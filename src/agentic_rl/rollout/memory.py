@@ -1,0 +1,297 @@
+"""Multi-conversation episodes (rollout.mode=memory): MemAgent's reader and its baselines.
+
+MemAgent (Yu et al. 2025) reads a document of any length with a fixed context: the document is
+cut into sections of `chunk_tokens`; conversation k (an independent chat, not a continuation)
+gives the model the problem, its previous memory and section k, and the model's reply REPLACES
+the memory (overwrite, not append: the memory never grows past `memory_tokens`, so every
+conversation costs the same and the whole read is linear in the document's length). A final
+conversation gives only the problem and the memory and asks for the answer.
+
+Token-native: the document is tokenised once and cut into sections by token; a memory enters the
+next prompt as the exact ids the model sampled (its trailing end-of-turn token dropped), spliced
+between the template's pieces (`splice_prompt`), never decoded and re-encoded. Each conversation
+is its own training sample: prompt (loss mask 0) + the sampled reply (loss mask 1, behaviour
+logprobs). All samples of an episode share its outcome reward (the final answer's exact match)
+and group, so the group estimators' per-episode advantage (`algos/estimators._per_episode`,
+`multi_conversation_advantages`) gives every conversation the final answer's advantage.
+
+A memory that reaches its budget is cut there (generation stops at `memory_tokens`): counted in
+the episode's `memory_truncated` metric, never an error. The baselines ("full": the whole
+document in one prompt, "truncate": the head that fits) are single conversations with the same
+answer check; they let a benchmark compare readers on the same tasks.
+
+The same loop plays conversation envs (`conversations = True`, Memory-R1's memory manager):
+every env step whose observation carries messages opens a fresh conversation (one fact and the
+memories related to it), each again its own sample sharing the episode's outcome.
+
+All live episodes advance together: round r generates conversation r of every episode still
+playing in one `act` call, as `run_episodes` batches turns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agentic_rl.config.rollout import RolloutConfig
+from agentic_rl.envs.base import Env
+from agentic_rl.envs.memory.memagent import (
+    DOCUMENT_SLOT,
+    MEMORY_SLOT,
+    NO_MEMORY,
+    SECTION_SLOT,
+)
+from agentic_rl.formats.chat import ChatFormat
+from agentic_rl.model.tokens import encode_prompt, encode_text
+from agentic_rl.rollout.loop import (
+    Actor,
+    Episode,
+    _episode_metrics,
+    _record_step,
+    episode_outcome,
+    start_episodes,
+)
+from agentic_rl.types import Completion, Message, Task, Trajectory
+
+
+class MemoryContextError(ValueError):
+    """A conversation would not fit the env's `context_tokens` (the model's window)."""
+
+
+def splice_prompt(
+    tokenizer: Any, messages: list[Message], slots: dict[str, Sequence[int]]
+) -> list[int]:
+    """The chat-template rendering of `messages` with each placeholder string of `slots`
+    replaced by its token ids: the text around the placeholders is encoded piece by piece, the
+    slots' ids are inserted verbatim (a memory's sampled ids, a section of the document)."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    pattern = "(" + "|".join(re.escape(s) for s in slots) + ")"
+    ids: list[int] = []
+    for piece in re.split(pattern, text):
+        if piece in slots:
+            ids.extend(slots[piece])
+        elif piece:
+            ids.extend(encode_text(tokenizer, piece))
+    return ids
+
+
+def _without_end(ids: Sequence[int], end_ids: set[int]) -> list[int]:
+    out = list(ids)
+    while out and out[-1] in end_ids:
+        out.pop()
+    return out
+
+
+def run_memory_episodes(
+    envs: Sequence[Env],
+    tasks: Sequence[Task],
+    group_ids: Sequence[str],
+    act: Actor,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    seed: int,
+) -> list[list[Trajectory]]:
+    """Play each episode as a series of independent conversations; returns each episode's
+    conversations (one Trajectory each). Two kinds of env:
+    - memory readers (`memory_reader = True`, MemAgent): the document is read as above;
+      `cfg.max_tokens_per_turn` is the answer's budget, the memory's is the env's
+      `memory_tokens`;
+    - conversation envs (`conversations = True`, Memory-R1's memory manager): `reset` gives the
+      first conversation's messages and every `step` whose observation carries messages starts
+      the next conversation, until the env terminates (or `cfg.max_turns` conversations);
+      each reply has `cfg.max_tokens_per_turn` tokens."""
+    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed)
+    end_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
+    drivers: list[_Driver] = []
+    for ep in episodes:
+        if getattr(ep.env, "memory_reader", False):
+            drivers.append(_Reader(ep, tokenizer, cfg, end_ids))
+        elif getattr(ep.env, "conversations", False):
+            drivers.append(_Conversations(ep, tokenizer, cfg))
+        else:
+            raise TypeError(
+                "rollout.mode=memory needs a memory-reading or conversation env, got "
+                f"{type(ep.env).__name__}"
+            )
+    turn = 0
+    while True:
+        live = [d for d in drivers if not d.finished]
+        if not live:
+            break
+        budgets = [d.prepare() for d in live]
+        completions = act([d.ep for d in live], budgets, turn)
+        for driver, completion in zip(live, completions, strict=True):
+            driver.record(completion, fmt)
+        turn += 1
+    return [d.finish() for d in drivers]
+
+
+class _Driver:
+    """One episode's conversations: `prepare` sets the next prompt (`ep.token_ids`) and
+    returns its token budget, `record` stores the reply as a sample and applies it."""
+
+    def __init__(self, ep: Episode, tokenizer: Any) -> None:
+        self.ep, self.tokenizer = ep, tokenizer
+        self.samples: list[Trajectory] = []
+        self.processed = 0  # tokens through the model: every prompt and every generated token
+        self.finished = False
+
+    def prepare(self) -> int:
+        raise NotImplementedError
+
+    def record(self, completion: Completion, fmt: ChatFormat) -> None:
+        raise NotImplementedError
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def _sample(self, completion: Completion, reward: float) -> str:
+        prompt, reply = list(self.ep.token_ids), list(completion.token_ids)
+        self.processed += len(prompt) + len(reply)
+        text = completion.text or self.tokenizer.decode(reply)
+        version = completion.policy_version
+        self.samples.append(
+            Trajectory(
+                token_ids=prompt + reply,
+                loss_mask=[0] * len(prompt) + [1] * len(reply),
+                logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+                prompt_length=len(prompt),
+                policy_version=version,
+                token_versions=[-1] * len(prompt) + [version] * len(reply),
+                turn_spans=[(len(prompt), len(prompt) + len(reply))],
+                step_rewards=[reward],
+                completion_text=text,
+            )
+        )
+        return text
+
+    def finish(self) -> list[Trajectory]:
+        """Every conversation of the episode gets its outcome (reward, group, end) and the
+        episode's metrics."""
+        ep = self.ep
+        if not ep.done:
+            ep.truncated = True
+        generated = sum(len(s.token_ids) - s.prompt_length for s in self.samples)
+        metrics = _episode_metrics(ep, generated, generated)
+        metrics.update(
+            {
+                "conversations": float(len(self.samples)),
+                "tokens_processed": float(self.processed),
+                **self.metrics(),
+            }
+        )
+        outcome = episode_outcome(ep)
+        for k, sample in enumerate(self.samples):
+            sample.metrics = {**metrics, "conversation": float(k)}
+            for key in ("reward", "group_id", "task_id"):
+                setattr(sample, key, outcome[key])
+        self.samples[-1].terminated = outcome["terminated"]
+        self.samples[-1].truncated = outcome["truncated"]
+        return self.samples
+
+
+class _Reader(_Driver):
+    """MemAgent: memory conversations over the sections, then the answer (module docstring)."""
+
+    def __init__(self, ep: Episode, tokenizer: Any, cfg: RolloutConfig, end_ids: set[int]) -> None:
+        super().__init__(ep, tokenizer)
+        self.cfg, self.end_ids = cfg, end_ids
+        env = ep.env
+        doc = encode_text(tokenizer, env.document())
+        self.document_tokens = len(doc)
+        self.doc = doc if env.reader != "memagent" else None
+        size = env.chunk_tokens
+        self.sections = (
+            [doc[i : i + size] for i in range(0, len(doc), size)]
+            if env.reader == "memagent"
+            else []
+        )
+        if env.max_chunks:
+            self.sections = self.sections[: env.max_chunks]
+        self.memory = encode_text(tokenizer, NO_MEMORY)
+        self.next_section = 0
+        self.memory_truncated = 0
+
+    def prepare(self) -> int:
+        ep, env, tokenizer = self.ep, self.ep.env, self.tokenizer
+        if self.next_section < len(self.sections):
+            section = self.sections[self.next_section]
+            slots = {MEMORY_SLOT: self.memory, SECTION_SLOT: section}
+            ep.token_ids = splice_prompt(tokenizer, env.chunk_messages(), slots)
+            budget = env.memory_tokens
+            env.begin_conversation("memory", tokenizer.decode(section), tokenizer.eos_token or "")
+        else:
+            budget = self.cfg.max_tokens_per_turn
+            ep.token_ids = self._answer_prompt(env.context_tokens - budget)
+            env.begin_conversation("final")
+        if len(ep.token_ids) + budget > env.context_tokens:
+            raise MemoryContextError(
+                f"a conversation of task {ep.task.task_id} needs {len(ep.token_ids)} prompt "
+                f"+ {budget} new tokens > context_tokens={env.context_tokens}: lower "
+                "chunk_tokens or memory_tokens"
+            )
+        return budget
+
+    def _answer_prompt(self, room: int) -> list[int]:
+        env, tokenizer = self.ep.env, self.tokenizer
+        if env.reader == "memagent":
+            return splice_prompt(tokenizer, env.final_messages(), {MEMORY_SLOT: self.memory})
+        assert self.doc is not None
+        messages = env.context_messages()
+        overhead = len(splice_prompt(tokenizer, messages, {DOCUMENT_SLOT: []}))
+        fits = room - overhead
+        if len(self.doc) > fits and env.reader == "full":
+            raise MemoryContextError(
+                f"reader=full: the document ({len(self.doc)} tokens) and prompt ({overhead}) do "
+                f"not fit context_tokens={env.context_tokens} with "
+                f"{env.context_tokens - room} tokens for the answer: use reader=truncate or "
+                "reader=memagent"
+            )
+        return splice_prompt(tokenizer, messages, {DOCUMENT_SLOT: self.doc[: max(fits, 0)]})
+
+    def record(self, completion: Completion, fmt: ChatFormat) -> None:
+        """A memory replaces the previous one (overwrite); a final answer goes to the env."""
+        if self.next_section < len(self.sections):
+            self._sample(completion, 0.0)
+            self.memory = _without_end(completion.token_ids, self.end_ids)
+            self.memory_truncated += int(completion.finish_reason == "length")
+            self.next_section += 1
+            return
+        text = completion.text or self.tokenizer.decode(completion.token_ids)
+        result = self.ep.env.step(fmt.parse(text, completion.finish_reason))
+        _record_step(self.ep, result, fmt, self.tokenizer, True)
+        self._sample(completion, self.ep.step_rewards[-1])
+        self.finished = True
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "document_tokens": float(self.document_tokens),
+            "memory_truncated": float(self.memory_truncated),
+            "final_memory_tokens": float(len(self.memory)),
+        }
+
+
+class _Conversations(_Driver):
+    """An env whose every step opens a fresh conversation (observation messages)."""
+
+    def __init__(self, ep: Episode, tokenizer: Any, cfg: RolloutConfig) -> None:
+        super().__init__(ep, tokenizer)
+        self.cfg = cfg
+        self.prompt = list(ep.token_ids)  # the first conversation, encoded by start_episodes
+
+    def prepare(self) -> int:
+        self.ep.token_ids = self.prompt
+        return self.cfg.max_tokens_per_turn
+
+    def record(self, completion: Completion, fmt: ChatFormat) -> None:
+        text = completion.text or self.tokenizer.decode(completion.token_ids)
+        result = self.ep.env.step(fmt.parse(text, completion.finish_reason))
+        last = len(self.samples) + 1 >= self.cfg.max_turns
+        _record_step(self.ep, result, fmt, self.tokenizer, last)
+        self._sample(completion, self.ep.step_rewards[-1])
+        if self.ep.done or result.observation is None or not result.observation.messages:
+            self.finished = True
+            return
+        self.prompt = encode_prompt(self.tokenizer, result.observation.messages)
