@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl.algos.knownself import dpo_nll_loss
 from agentic_rl.algos.preference import dpo_loss, dpo_margins, sequence_logps
 from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.schema import Config
@@ -99,10 +100,12 @@ def train_dpo(
     chunk_size: int = 64,
     seed: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
+    nll_coef: float = 0.0,
 ) -> dict[str, float]:
     """DPO on `pairs` with AdamW; returns losses and the mean implicit-reward margin
     ((log pi/pi_ref)(chosen) - (log pi/pi_ref)(rejected)) and pair accuracy (margin > 0) of the
-    last batch."""
+    last batch. `nll_coef` > 0 adds the chosen trajectory's per-token NLL (KnownSelf,
+    algos/knownself.py `dpo_nll_loss`)."""
     if not pairs:
         raise ValueError("no pairs to train on")
     ref_chosen, ref_rejected = reference_logps(
@@ -121,7 +124,13 @@ def train_dpo(
             idx = order[start : start + batch_size]
             chosen, rejected = pair_logps(model, [pairs[i] for i in idx], pad_token_id, chunk_size)
             ref_c, ref_r = ref_chosen[idx], ref_rejected[idx]
-            loss = dpo_loss(chosen, rejected, ref_c, ref_r, beta).mean()
+            if nll_coef > 0:
+                tokens = torch.tensor(
+                    [float(sum(pairs[i][0].loss_mask)) for i in idx], device=chosen.device
+                )
+                loss = dpo_nll_loss(chosen, rejected, ref_c, ref_r, tokens, beta, nll_coef).mean()
+            else:
+                loss = dpo_loss(chosen, rejected, ref_c, ref_r, beta).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -20,7 +20,17 @@ from agentic_rl.train.loop import train
 
 def train_recipe(cfg: Config) -> dict[str, Any]:
     """Train a recipe end to end: its stages in order when it has `stages:`, else one run."""
-    return train_pipeline(cfg) if cfg.stages else train(cfg)
+    return train_pipeline(cfg) if cfg.stages else train_one(cfg)
+
+
+def train_one(cfg: Config) -> dict[str, Any]:
+    """One run (or stage): RL with its warm start (`train`), or KnownSelf's label -> SFT ->
+    DPO pipeline with `knownself.enabled` (train/knownself.py)."""
+    if cfg.knownself.enabled:
+        from agentic_rl.train.knownself import train_knownself
+
+        return train_knownself(cfg)
+    return train(cfg)
 
 
 def stage_configs(cfg: Config) -> list[Config]:
@@ -52,7 +62,7 @@ def train_pipeline(cfg: Config) -> dict[str, Any]:
             summaries[name] = json.loads(done.read_text())
             continue
         print(f"stage {k + 1}/{len(cfg.stages)} ({name}) from model {stage.model.name}", flush=True)
-        summaries[name] = train(stage)
+        summaries[name] = train_one(stage)
     out = Path(cfg.trainer.out_dir) / (cfg.trainer.run_name or cfg.recipe)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"recipe": cfg.recipe, "stages": summaries}
