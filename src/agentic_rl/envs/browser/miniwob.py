@@ -1,0 +1,343 @@
+"""MiniWoB++ web tasks (Liu et al. 2018; the `miniwob` package's HTML pages) in headless Chromium.
+
+An episode is one task page at one page seed. The agent reads the task's utterance and the
+page as compact text with element ids (page.py) and writes one action per turn,
+`<action>click(3)</action>` (actions.py). The page itself judges the episode: MiniWoB's
+`core.endEpisode(reward)` sets the reward when the task is done (clicked the right button: +1;
+a wrong one: -1; click-checkboxes: the share of boxes right, from -1 to 1) and the episode
+terminates with that reward, success when it is 1. MiniWoB's reward is scaled down by the
+time taken; the raw (unscaled) reward is used here, because wall time on a CPU depends on the
+machine, not the agent, and would make runs irreproducible.
+
+Time and step limits: MiniWoB's in-page timer (10 s by default, which a CPU-sampled model cannot
+meet) is set to `episode_time_s`; after `max_steps` executed actions the episode is truncated;
+browser calls have page-load and script time limits (driver.py). A malformed action, an id
+that is not on the page or an element that cannot take the action is a model error: an error
+observation with the page, `-format_penalty` and the counted `invalid_action` metric.
+
+Determinism: each task fixes its page seed (`Math.seedrandom`), so a reset always builds the
+same page, the same ids and the same expert actions; train and eval tasks use disjoint seeds
+(even / odd). Browsers are pooled (driver.py). A reset reuses the tab's page when it already
+holds the task (MiniWoB's in-page reset: the problem is regenerated at the seed, the focus
+cleared; a test checks it builds the page a fresh load builds) and reloads the page otherwise
+or every `reload_every` episodes. When an env's tab was reclaimed or its browser died, the env
+resets the page in another tab and replays the episode's actions, so the episode goes on where
+it was (an infrastructure failure is never shown to the model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import time
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from agentic_rl.envs.browser.actions import (
+    BrowserAction,
+    BrowserActionError,
+    execute,
+    parse_browser_action,
+)
+from agentic_rl.envs.browser.driver import BrowserDied, BrowserPool, Lease, shared_pool
+from agentic_rl.envs.browser.experts import EXPERTS
+from agentic_rl.envs.browser.page import Snapshot, take_snapshot
+from agentic_rl.envs.discrete import ActionTool
+from agentic_rl.types import Action, Observation, StepResult, Task
+
+Split = Literal["train", "eval"]
+DEFAULT_TASKS = "click-button,click-link,focus-text,enter-text,click-checkboxes"
+SUCCESS_REWARD = 1.0 - 1e-6  # MiniWoB's raw reward is 1.0 exactly on success
+MAX_ATTEMPTS = 3  # an action is tried on this many fresh browsers before the episode fails
+
+SYSTEM_PROMPT = (
+    "You are a web agent. Read the task and the page, then act on the page. Elements have ids "
+    "in brackets. Each turn, write exactly one action inside <action></action>:\n"
+    'click(ID) clicks element ID; type(ID, "text") types text into field ID; '
+    'press("Enter") presses a key; scroll("down") or scroll("up") scrolls.\n'
+    "Example: <action>click(2)</action>"
+)
+
+
+# True when this tab holds the task page (url) and may be reset in place: then the episode in
+# flight is stopped and the focus cleared; otherwise the caller reloads the page.
+RESTART_JS = """
+if (location.href !== arguments[0] || typeof core === 'undefined') return false;
+if ((window.__wobEpisodes || 0) >= arguments[1]) return false;
+if (core.EP_TIMER !== null) { clearTimeout(core.EP_TIMER); core.EP_TIMER = null; }
+if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
+return true;
+"""
+
+
+class MiniWoBUnavailable(RuntimeError):
+    """The `miniwob` package (the task pages) is not installed."""
+
+
+def html_dir() -> Path:
+    """The MiniWoB++ task pages shipped by the `miniwob` package (found without importing it:
+    its import pulls in gymnasium's env registration, which is not needed here)."""
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise MiniWoBUnavailable(
+            "the MiniWoB++ pages need `miniwob`: pip install 'agentic-rl[gui]'"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "html" / "miniwob"
+
+
+def task_names(tasks: str | Sequence[str]) -> list[str]:
+    """The task list of the `tasks` option (comma-separated or a list), checked."""
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in EXPERTS]
+    if not names or unknown:
+        raise ValueError(
+            f"env.options.tasks: unknown MiniWoB++ task(s) {', '.join(unknown) or '(none given)'}"
+            f"; tasks with a scripted expert: {', '.join(EXPERTS)}"
+        )
+    return names
+
+
+def make_miniwob_tasks(
+    split: Split, n: int, seed: int = 0, *, tasks: str | list[str] = DEFAULT_TASKS
+) -> list[Task]:
+    """`n` episodes of the MiniWoB++ `tasks`, round-robin, each with its own page seed (train
+    seeds even, eval seeds odd: the held-out pages are never trained on)."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    names = task_names(tasks)
+    out = []
+    for i in range(n):
+        name = names[i % len(names)]
+        page_seed = 2 * (seed * 1_000_000 + i) + (split == "eval")
+        out.append(
+            Task(
+                task_id=f"miniwob-{name}-{page_seed}",
+                prompt=name,
+                # MiniWoB judges success in the page; `<answer>` only ends (gives up) an episode.
+                answers=["done"],
+                fields={"miniwob_task": name, "page_seed": page_seed},
+            )
+        )
+    return out
+
+
+class MiniWoBEnv:
+    """A MiniWoB++ task in a pooled headless Chromium (see the module doc)."""
+
+    anchor_states = True  # observations carry the page text (GiGPO groups steps on it)
+
+    def __init__(
+        self,
+        format_penalty: float = 0.1,
+        tool_timeout_s: float = 10.0,
+        max_steps: int = 8,
+        episode_time_s: float = 600.0,
+        max_browsers: int = 1,
+        tabs_per_browser: int = 8,
+        page_load_timeout_s: float = 30.0,
+        reload_every: int = 50,
+        pool: BrowserPool | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if episode_time_s <= 0:
+            raise ValueError(f"episode_time_s must be > 0, got {episode_time_s}")
+        if reload_every < 1:
+            raise ValueError(f"reload_every must be >= 1, got {reload_every}")
+        self.tools: list[Any] = [ActionTool()]
+        self.format_penalty = format_penalty
+        self.max_steps = max_steps
+        self.episode_time_s = episode_time_s
+        self.reload_every = reload_every
+        self._pool = pool
+        self._pool_settings = {
+            "max_browsers": max_browsers,
+            "tabs_per_browser": tabs_per_browser,
+            "page_load_timeout_s": page_load_timeout_s,
+            "script_timeout_s": tool_timeout_s,
+        }
+        self.task: Task | None = None
+        self.lease: Lease | None = None
+        self.history: list[BrowserAction] = []  # every action tried this episode (for replay)
+        self.snapshot: Snapshot | None = None
+        self.steps = 0
+        self.done = False
+        self.infra_failures = 0  # browsers lost under this env (replayed on a fresh one)
+
+    @property
+    def pool(self) -> BrowserPool:
+        if self._pool is None:
+            self._pool = shared_pool(**self._pool_settings)
+        return self._pool
+
+    # -- browser plumbing -----------------------------------------------------------------
+    def _url(self) -> str:
+        assert self.task is not None
+        page = html_dir() / f"{self.task.fields['miniwob_task']}.html"
+        if not page.is_file():
+            raise MiniWoBUnavailable(f"no MiniWoB++ page {page}")
+        return page.as_uri()
+
+    def _load(self, driver: Any) -> None:
+        """Start the task's episode at its page seed in this tab: MiniWoB's own in-page reset
+        (regenerate the problem, as its Python driver does between episodes) when the tab
+        already holds this task's page, else a full reload of the page (`reload_every`
+        episodes also force one, so a page never runs indefinitely)."""
+        assert self.task is not None
+        url = self._url()
+        fresh = driver.execute_script(RESTART_JS, url, self.reload_every) is not True
+        if fresh:
+            driver.get(url)
+        driver.execute_script(
+            "Math.seedrandom(arguments[0]); core.EPISODE_MAX_TIME = arguments[1];"
+            "core.startEpisodeReal(); window.__wobEpisodes = (window.__wobEpisodes || 0) + 1;",
+            str(self.task.fields["page_seed"]),
+            int(self.episode_time_s * 1000),
+        )
+        for _ in range(40):  # some tasks build their page asynchronously
+            if driver.execute_script("return WOB_TASK_READY;"):
+                return
+            time.sleep(0.05)
+        raise BrowserDied("the task page never became ready")
+
+    def _restore(self) -> None:
+        """A fresh tab at the current state: reload, then replay the episode's actions."""
+        if self.lease is not None:
+            self.lease.release()
+        self.lease = self.pool.acquire()
+        self.lease.run(self._load)
+        self.lease.run(take_snapshot)  # numbers the elements (data-ref), as the model saw them
+        for action in self.history:
+            # an action that failed the first time fails again: the model was told then
+            with contextlib.suppress(BrowserActionError):
+                self.lease.run(execute, action)
+            self.lease.run(take_snapshot)
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        """`fn(driver, *args)` in this episode's tab, surviving lost tabs and dead browsers."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                if self.lease is None or not self.lease.valid:
+                    self._restore()
+                assert self.lease is not None
+                return self.lease.run(fn, *args)
+            except BrowserDied:
+                self.infra_failures += 1
+                self.lease = None
+        raise BrowserDied(f"the browser failed {MAX_ATTEMPTS} times in a row")
+
+    def _release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    def __del__(self) -> None:  # the trainer drops envs without closing them
+        with contextlib.suppress(Exception):
+            self._release()
+
+    # -- the protocol ---------------------------------------------------------------------
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        """Open the task's page; `seed` is unused (the task fixes the page seed)."""
+        del seed
+        if task.fields.get("miniwob_task") not in EXPERTS:
+            raise ValueError(f"task {task.task_id} is not a MiniWoB++ task of this env")
+        self._release()
+        self.task, self.history, self.steps, self.done = task, [], 0, False
+        self.snapshot = self._run(take_snapshot)  # opens the page (and survives a dead browser)
+        user = f"Task: {self.snapshot.utterance}\nPage:\n{self.snapshot.render()}"
+        return Observation(
+            messages=[
+                {"role": "system", "content": self.system_prompt()},
+                {"role": "user", "content": user},
+            ],
+            anchor=self.anchor_key(),
+        )
+
+    def anchor_key(self) -> Hashable:
+        assert self.snapshot is not None
+        return (self.snapshot.utterance, self.snapshot.render())
+
+    def step(self, action: Action) -> StepResult:
+        if self.task is None:
+            raise RuntimeError("step() called before reset()")
+        if self.done:
+            raise RuntimeError("step() called after the episode terminated; call reset()")
+        if action.kind == "answer":  # gives up: the page never said done
+            self.done = True
+            self._release()
+            return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
+        if action.kind != "tool":
+            return self._invalid(action.error or "no action in this turn")
+        if action.name != ActionTool.name:
+            return self._invalid(f"unknown tag <{action.name}>: write <action>...</action>")
+        try:
+            parsed = parse_browser_action(str(action.arguments.get("actions", "")))
+        except BrowserActionError as err:
+            return self._invalid(str(err))
+        try:
+            self._run(execute, parsed)
+        except BrowserActionError as err:
+            self.history.append(parsed)
+            self.snapshot = self._run(take_snapshot)
+            return self._invalid(str(err), {"action_error": 1})
+        self.history.append(parsed)
+        self.steps += 1
+        self.snapshot = self._run(take_snapshot)
+        info: dict[str, Any] = {"tool_call": 1, "infra_failures": self.infra_failures}
+        if self.snapshot.done:
+            self.done = True
+            self._release()
+            success = self.snapshot.raw_reward >= SUCCESS_REWARD
+            info["success"] = float(success)
+            return StepResult(None, self.snapshot.raw_reward, terminated=True, info=info)
+        if self.steps >= self.max_steps:
+            self.done = True
+            self._release()
+            info["success"] = 0.0
+            return StepResult(None, 0.0, truncated=True, info=info)
+        return StepResult(
+            Observation(
+                content=self.snapshot.render(), name=ActionTool.name, anchor=self.anchor_key()
+            ),
+            0.0,
+            info=info,
+        )
+
+    def _invalid(self, why: str, extra: dict[str, Any] | None = None) -> StepResult:
+        if self.snapshot is None:
+            self.snapshot = self._run(take_snapshot)
+        message = (
+            f"Invalid action: {why}. Write one action like <action>click(2)</action>.\n"
+            f"{self.snapshot.render()}"
+        )
+        return StepResult(
+            Observation(content=message, name="error", anchor=self.anchor_key()),
+            -self.format_penalty,
+            info={"invalid_action": 1, **(extra or {})},
+        )
+
+    def expert_action(self) -> BrowserAction:
+        """The scripted expert's next action at the current page (experts.py)."""
+        assert self.task is not None and self.snapshot is not None, "reset() first"
+        return EXPERTS[self.task.fields["miniwob_task"]](self.snapshot)
+
+    def expert_turn(self) -> str:
+        """The scripted expert's next turn, e.g. `<action>click(3)</action>`."""
+        if self.done:
+            return "<answer>done</answer>"
+        return f"<action>{self.expert_action().render()}</action>"
+
+    def canonical_action(self, action: Action) -> Hashable:
+        """What an action does, independent of how it was written (`click( 3 )` = `click(3)`):
+        learning from failures compares the agent's action with the expert's by this."""
+        if action.kind == "tool" and action.name == ActionTool.name:
+            try:
+                return parse_browser_action(str(action.arguments.get("actions", "")))
+            except BrowserActionError:
+                return ("invalid", str(action.arguments.get("actions", "")))
+        return (action.kind, action.name, action.text, action.error)

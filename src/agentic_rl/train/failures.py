@@ -1,0 +1,202 @@
+"""UI-TARS-style learning from failures (Qin et al. 2025, "UI-TARS"; the training details are
+from a secondary source, RECIPES.md): pairs at the first failing step, then DPO.
+
+The agent plays many training tasks. For each failed episode the env is replayed turn by turn
+with the agent's own actions (envs are deterministic given the task and reset seed); at every
+turn the scripted expert is asked for its action at that exact state, and the first turn where
+the agent's action differs from the expert's is the failing step. The pair shares everything
+before that turn, token for token (the same prompt, the same earlier turns and observations):
+
+    chosen   = prefix + the expert's action at that state   (loss mask 1 on the action only)
+    rejected = prefix + the agent's action as it was sampled (its exact token ids)
+
+and DPO (train/dpo.py) prefers the correction. "Differs" is judged by the env's
+`canonical_action` where it has one (so `click( 3 )` equals `click(3)`), else by the parsed
+action's fields; any deviation from the expert counts, which is conservative where several
+orders would succeed. A replay that does not reproduce the episode's observations (an env that
+is not deterministic) gives no pair and is counted, never a wrong pair.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.envs.base import Env
+from agentic_rl.envs.from_config import make_envs
+from agentic_rl.formats.chat import ChatFormat, TagFormat
+from agentic_rl.logging import RunLogger
+from agentic_rl.model.load import frozen_copy
+from agentic_rl.model.tokens import encode_text
+from agentic_rl.train import collect
+from agentic_rl.train.dpo import train_dpo
+from agentic_rl.train.setup import Setup
+from agentic_rl.types import Action, Task, Trajectory
+
+Pair = tuple[Trajectory, Trajectory]  # (chosen, rejected), as train/dpo.py takes them
+
+
+@dataclass
+class FailurePair:
+    """A (chosen, rejected) pair and where it came from."""
+
+    chosen: Trajectory
+    rejected: Trajectory
+    turn: int  # the failing turn (0-based)
+    task_id: str
+
+
+def reset_seed(seed: int, group: str) -> int:
+    """The reset seed `rollout.loop.start_episodes` gives an episode of `group`."""
+    return seed + zlib.crc32(group.encode()) % 100_000
+
+
+def canonical(env: Env, action: Action) -> Hashable:
+    """What `action` does, for comparing the agent's with the expert's."""
+    fn = getattr(env, "canonical_action", None)
+    if fn is not None:
+        return fn(action)  # type: ignore[no-any-return]
+    args = tuple(sorted((k, str(v).strip()) for k, v in action.arguments.items()))
+    return (action.kind, action.name, action.text.strip(), args)
+
+
+def _pair_side(prefix: Trajectory, end: int, ids: Sequence[int], mask: Sequence[int]) -> Trajectory:
+    return Trajectory(
+        token_ids=list(prefix.token_ids[:end]) + list(ids),
+        loss_mask=[0] * end + list(mask),
+        logprobs=[0.0] * (end + len(ids)),
+        prompt_length=end,
+        task_id=prefix.task_id,
+    )
+
+
+def first_failure_pair(
+    trajectory: Trajectory,
+    task: Task,
+    env: Env,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    seed: int,
+) -> tuple[FailurePair | None, str]:
+    """The pair at the first failing turn of `trajectory` (played from `env.reset(task, seed)`)
+    and "" , or None and why there is none ("no_deviation", "replay_mismatch", "expert_error")."""
+    env.reset(task, seed)
+    expert_parser = TagFormat(env.tools)  # the expert writes the tag format
+    spans = trajectory.turn_spans
+    for k, (start, end) in enumerate(spans):
+        agent_ids = trajectory.token_ids[start:end]
+        agent = fmt.parse(tokenizer.decode(agent_ids), "stop")
+        try:
+            expert = expert_parser.parse(env.expert_turn(), "stop")
+        except Exception:  # an expert that cannot act here (an unforeseen page): no pair
+            return None, "expert_error"
+        if canonical(env, agent) != canonical(env, expert):
+            chosen_ids = encode_text(tokenizer, fmt.render_action(expert))
+            pair = FailurePair(
+                chosen=_pair_side(trajectory, start, chosen_ids, [1] * len(chosen_ids)),
+                rejected=_pair_side(trajectory, start, agent_ids, trajectory.loss_mask[start:end]),
+                turn=k,
+                task_id=task.task_id,
+            )
+            return pair, ""
+        result = env.step(agent)
+        if result.terminated or result.truncated or k + 1 == len(spans):
+            break
+        # The replay must see what the agent saw: the observation tokens between the turns.
+        if result.observation is None:
+            return None, "replay_mismatch"
+        obs_ids = encode_text(tokenizer, fmt.render_observation(result.observation))
+        if list(trajectory.token_ids[end : spans[k + 1][0]]) != obs_ids:
+            return None, "replay_mismatch"
+    return None, "no_deviation"
+
+
+def failure_pairs(
+    episodes: Sequence[Trajectory],
+    tasks: Sequence[Task],
+    groups: Sequence[str],
+    seed: int,
+    new_env: Callable[[], Env],
+    fmt: ChatFormat,
+    tokenizer: Any,
+) -> tuple[list[FailurePair], dict[str, float]]:
+    """Pairs from the failed episodes (success < 1) and counts of what happened to each."""
+    counts = dict.fromkeys(
+        ("episodes", "failed", "pairs", "no_deviation", "replay_mismatch", "expert_error"), 0.0
+    )
+    pairs = []
+    for trajectory, task, group in zip(episodes, tasks, groups, strict=True):
+        counts["episodes"] += 1
+        if trajectory.metrics.get("success", 0.0) >= 1.0 or not trajectory.turn_spans:
+            continue
+        counts["failed"] += 1
+        pair, why = first_failure_pair(
+            trajectory, task, new_env(), fmt, tokenizer, reset_seed(seed, group)
+        )
+        if pair is None:
+            counts[why] += 1
+        else:
+            pairs.append(pair)
+            counts["pairs"] += 1
+    return pairs, counts
+
+
+def write_pairs(path: Path, pairs: Sequence[FailurePair]) -> None:
+    """The pairs as a JSONL file `agentic-rl dpo` reads back (token-native records)."""
+    with path.open("w") as f:
+        for p in pairs:
+            record = {
+                side: {"token_ids": t.token_ids, "loss_mask": t.loss_mask, "task_id": p.task_id}
+                for side, t in (("chosen", p.chosen), ("rejected", p.rejected))
+            }
+            f.write(json.dumps({**record, "turn": p.turn}) + "\n")
+
+
+def learn_from_failures(
+    setup: Setup, logger: RunLogger, out: Path | None = None
+) -> dict[str, float]:
+    """Play `dpo.failure_tasks` training tasks with the policy (sampled at the rollout
+    temperature), build the first-failing-step pairs and train the policy with DPO on them
+    (against a frozen copy of itself). Writes the pairs to OUT/failure_pairs.jsonl."""
+    cfg = setup.cfg
+    rng = random.Random(cfg.trainer.seed + 29)
+    tasks = [rng.choice(setup.train_tasks) for _ in range(cfg.dpo.failure_tasks)]
+    groups = [f"failure:{i}:{task.task_id}" for i, task in enumerate(tasks)]
+    seed = cfg.trainer.seed * 100_000 + 7
+    act = collect.policy_actor(
+        setup.generator, setup.fmt, cfg.rollout, seed=seed, tokenizer=setup.tokenizer
+    )
+    episodes = [samples[0] for samples in collect.play(setup, tasks, groups, act, seed)]
+    pairs, counts = failure_pairs(
+        episodes, tasks, groups, seed, lambda: make_envs(cfg, 1)[0], setup.fmt, setup.tokenizer
+    )
+    print(
+        f"learning from failures: {int(counts['failed'])} of {len(tasks)} episodes failed, "
+        f"{len(pairs)} pairs",
+        flush=True,
+    )
+    metrics = {f"{k}": v for k, v in counts.items()}
+    metrics["success_rate"] = 1.0 - counts["failed"] / max(counts["episodes"], 1.0)
+    if out is not None:
+        write_pairs(out / "failure_pairs.jsonl", pairs)
+    if pairs:
+        result = train_dpo(
+            setup.policy,
+            frozen_copy(setup.policy),
+            [(p.chosen, p.rejected) for p in pairs],
+            setup.tokenizer.pad_token_id,
+            beta=cfg.dpo.beta,
+            lr=cfg.dpo.lr,
+            epochs=cfg.dpo.epochs,
+            batch_size=cfg.dpo.batch_size,
+            chunk_size=cfg.model.logprob_chunk_size,
+            seed=cfg.trainer.seed,
+        )
+        metrics.update(result)
+    logger.log(0, metrics, prefix="failure_dpo")
+    return metrics
