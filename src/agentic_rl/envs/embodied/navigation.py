@@ -1,0 +1,436 @@
+"""Vision-language navigation as VLN-R1 trains it, with a text observation: follow a route
+instruction through a generated indoor map, predicting the next 6 actions at once.
+
+The world (`make_vln_tasks`, seeded and offline): a grid of rooms (kitchen, bedroom, ...), each
+`room_size` x `room_size` cells, joined by doors along a random spanning tree of the rooms (plus
+an occasional extra door); every room holds one landmark (the fridge, the bed...). The agent
+stands on a cell facing north, east, south or west. Actions (VLN-R1's, on a grid: one cell
+instead of 25 cm, 90 degrees instead of 30): `forward` (blocked by walls: a no-op that still
+counts), `turn-left`, `turn-right`, `stop` (ends the episode; success = stopped on the goal
+landmark's cell).
+
+The instruction is an R2R-style route description of the shortest path from the start ("Turn
+right and walk forward two steps into the kitchen, then ... stop at the fridge."). Each
+observation says where the agent is and what lies ahead, left and right (a wall, open floor, a
+door to a named room, a landmark) and the first landmark in view straight ahead.
+
+A turn is `<action>forward || forward || turn-left || forward || forward || stop</action>`:
+VLN-R1's chunk of the next `chunk_size` = 6 actions, executed in order (envs/discrete.py; extra
+ones are dropped with the format penalty, a `stop` ends the chunk). The turn's reward is VLN-R1's
+time-decayed reward (rewards/time_decay.py) of the chunk against the expert's next actions from
+the state the chunk started in: R = sum_j gamma^j 1[a_j == a*_j]. `success_reward` (0, as in
+VLN-R1) is added when the agent stops on the goal.
+
+The scripted expert (`expert_turn`) is the shortest path (breadth-first search over cell and
+heading, ties broken forward < turn-left < turn-right) from the current state, then `stop`; its
+chunks are the SFT data, and its next actions are the TDR's ground truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv, parse_action, split_actions
+from agentic_rl.rewards.time_decay import time_decay_reward
+from agentic_rl.types import Action, Observation, StepResult, Task
+
+Split = Literal["train", "eval"]
+Cell = tuple[int, int]
+Pose = tuple[int, int, int]  # row, column, heading
+
+ACTIONS = ("forward", "turn-left", "turn-right", "stop")
+FORWARD, LEFT, RIGHT, STOP = range(4)
+HEADINGS = ("north", "east", "south", "west")
+DELTAS: tuple[Cell, ...] = ((-1, 0), (0, 1), (1, 0), (0, -1))
+CHUNK_SIZE = 6  # VLN-R1 predicts the next 6 actions (ablation: 6 > 8 > 4 > 1)
+ROOMS: dict[str, tuple[str, ...]] = {
+    "kitchen": ("fridge", "stove", "sink"),
+    "bedroom": ("bed", "wardrobe", "nightstand"),
+    "bathroom": ("bathtub", "mirror", "towel rack"),
+    "living room": ("sofa", "television", "fireplace"),
+    "office": ("desk", "bookshelf", "printer"),
+    "hallway": ("coat rack", "umbrella stand", "shoe cabinet"),
+    "dining room": ("dining table", "sideboard", "chandelier"),
+    "laundry room": ("washing machine", "ironing board", "laundry basket"),
+    "study": ("armchair", "globe", "piano"),
+}
+EVAL_BUCKETS = 5  # 1 in 5 generated episodes is reserved for eval
+NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+SYSTEM_PROMPT = (
+    "You are a robot navigating a house by following a route instruction. Each turn, plan your "
+    "next {k} actions from: forward (one step ahead), turn-left, turn-right, stop (when you are "
+    "at the goal). Write them in order separated by ||, like "
+    "<action>forward || forward || turn-left || forward || forward || stop</action>."
+)
+_TURN = re.compile(r"\bturn[\s_]+(left|right)\b", re.IGNORECASE)
+
+
+class HouseMap:
+    """The static house: rooms on a grid, doors between them, one landmark per room."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.room_size: int = spec["room_size"]
+        self.rows: int = spec["room_rows"] * self.room_size
+        self.cols: int = spec["room_cols"] * self.room_size
+        self.room_names: dict[tuple[int, int], str] = {(r, c): name for r, c, name in spec["rooms"]}
+        self.doors: set[frozenset[Cell]] = {
+            frozenset({tuple(a), tuple(b)})  # type: ignore[arg-type]
+            for a, b in spec["doors"]
+        }
+        self.landmarks: dict[Cell, str] = {(r, c): name for r, c, name in spec["landmarks"]}
+
+    def room_of(self, cell: Cell) -> tuple[int, int]:
+        return cell[0] // self.room_size, cell[1] // self.room_size
+
+    def room_name(self, cell: Cell) -> str:
+        return self.room_names[self.room_of(cell)]
+
+    def inside(self, cell: Cell) -> bool:
+        return 0 <= cell[0] < self.rows and 0 <= cell[1] < self.cols
+
+    def passable(self, a: Cell, b: Cell) -> bool:
+        """Whether one step leads from cell `a` to the adjacent cell `b` (same room, or a door)."""
+        if not self.inside(b):
+            return False
+        return self.room_of(a) == self.room_of(b) or frozenset({a, b}) in self.doors
+
+    def describe(self, cell: Cell, heading: int) -> str:
+        """What the neighbour cell in direction `heading` is, as the observation says it."""
+        dr, dc = DELTAS[heading]
+        nxt = (cell[0] + dr, cell[1] + dc)
+        if not self.passable(cell, nxt):
+            return "a wall"
+        if self.room_of(nxt) != self.room_of(cell):
+            return f"a door to the {self.room_name(nxt)}"
+        if nxt in self.landmarks:
+            return f"the {self.landmarks[nxt]}"
+        return "open floor"
+
+    def in_view(self, cell: Cell, heading: int) -> str:
+        """The first landmark straight ahead (through doors, up to a wall) and its distance."""
+        dr, dc = DELTAS[heading]
+        steps = 0
+        while True:
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if not self.passable(cell, nxt):
+                return "nothing"
+            cell, steps = nxt, steps + 1
+            if cell in self.landmarks:
+                unit = "step" if steps == 1 else "steps"
+                return f"the {self.landmarks[cell]}, {number(steps)} {unit} ahead"
+
+
+def number(n: int) -> str:
+    return NUMBERS[n] if 0 <= n < len(NUMBERS) else str(n)
+
+
+def step_pose(house: HouseMap, pose: Pose, action: int) -> Pose:
+    """The pose after one action (`stop` and a blocked `forward` leave it unchanged)."""
+    r, c, h = pose
+    if action == LEFT:
+        return r, c, (h - 1) % 4
+    if action == RIGHT:
+        return r, c, (h + 1) % 4
+    if action == FORWARD:
+        dr, dc = DELTAS[h]
+        if house.passable((r, c), (r + dr, c + dc)):
+            return r + dr, c + dc, h
+    return pose
+
+
+def shortest_path(house: HouseMap, pose: Pose, goal: Cell) -> list[int]:
+    """The fewest actions from `pose` to standing on `goal`, then `stop` (breadth-first search
+    over (cell, heading); ties broken forward < turn-left < turn-right, so deterministic)."""
+    parent: dict[Pose, tuple[Pose, int] | None] = {pose: None}
+    queue = deque([pose])
+    while queue:
+        current = queue.popleft()
+        if current[:2] == goal:
+            path = [STOP]
+            while parent[current] is not None:
+                current, action = parent[current]  # type: ignore[misc]
+                path.append(action)
+            return path[::-1]
+        for action in (FORWARD, LEFT, RIGHT):
+            nxt = step_pose(house, current, action)
+            if nxt not in parent:
+                parent[nxt] = (current, action)
+                queue.append(nxt)
+    raise ValueError(f"the goal {goal} cannot be reached from {pose}")
+
+
+def route_instruction(house: HouseMap, pose: Pose, path: Sequence[int], goal: Cell) -> str:
+    """An R2R-style description of `path` from `pose`: turns, forward runs (with the rooms they
+    enter) and where to stop."""
+    phrases: list[str] = []
+    i = 0
+    while i < len(path) and path[i] != STOP:
+        action = path[i]
+        if action in (LEFT, RIGHT):
+            if i + 1 < len(path) and path[i + 1] == action:
+                phrases.append("turn around")
+                pose = step_pose(house, step_pose(house, pose, action), action)
+                i += 2
+            else:
+                phrases.append("turn left" if action == LEFT else "turn right")
+                pose = step_pose(house, pose, action)
+                i += 1
+            continue
+        run, entered = 0, []
+        while i < len(path) and path[i] == FORWARD:
+            before = pose
+            pose = step_pose(house, pose, FORWARD)
+            if house.room_of(before[:2]) != house.room_of(pose[:2]):
+                entered.append(house.room_name(pose[:2]))
+            run, i = run + 1, i + 1
+        phrase = f"walk forward {number(run)} step{'s' if run > 1 else ''}"
+        if entered:
+            phrase += " into the " + entered[-1]
+        phrases.append(phrase)
+    phrases.append(f"stop at the {house.landmarks[goal]}")
+    text = ", then ".join(phrases)
+    return text[0].upper() + text[1:] + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# Map and task generation
+# ---------------------------------------------------------------------------------------------
+
+
+def generate_house(
+    rng: random.Random, room_rows: int = 2, room_cols: int = 2, room_size: int = 2
+) -> dict[str, Any]:
+    """A random house as a JSON-able spec (rooms, doors, landmarks); see the module doc."""
+    if room_rows * room_cols > len(ROOMS):
+        raise ValueError(f"at most {len(ROOMS)} rooms, got {room_rows} x {room_cols}")
+    if room_size < 1:
+        raise ValueError(f"room_size must be >= 1, got {room_size}")
+    grid = [(r, c) for r in range(room_rows) for c in range(room_cols)]
+    names = rng.sample(sorted(ROOMS), len(grid))
+    # a random spanning tree over the rooms (randomised DFS), plus a few extra doors
+    neighbours = {
+        room: [
+            (room[0] + dr, room[1] + dc)
+            for dr, dc in DELTAS
+            if 0 <= room[0] + dr < room_rows and 0 <= room[1] + dc < room_cols
+        ]
+        for room in grid
+    }
+    start = rng.choice(grid)
+    seen, stack, links = {start}, [start], []
+    while stack:
+        room = stack[-1]
+        options = [n for n in neighbours[room] if n not in seen]
+        if not options:
+            stack.pop()
+            continue
+        nxt = rng.choice(options)
+        links.append((room, nxt))
+        seen.add(nxt)
+        stack.append(nxt)
+    for room in grid:
+        for other in neighbours[room]:
+            linked = (room, other) in links or (other, room) in links
+            if room < other and not linked and rng.random() < 0.25:
+                links.append((room, other))
+    doors = []
+    for a, b in links:
+        k = rng.randrange(room_size)
+        if a[0] == b[0]:  # side by side: a door in the shared vertical wall
+            left, right = (a, b) if a[1] < b[1] else (b, a)
+            row = left[0] * room_size + k
+            doors.append([[row, left[1] * room_size + room_size - 1], [row, right[1] * room_size]])
+        else:  # one above the other
+            top, bottom = (a, b) if a[0] < b[0] else (b, a)
+            col = top[1] * room_size + k
+            doors.append([[top[0] * room_size + room_size - 1, col], [bottom[0] * room_size, col]])
+    landmarks = []
+    for (r, c), name in zip(grid, names, strict=True):
+        cell = (r * room_size + rng.randrange(room_size), c * room_size + rng.randrange(room_size))
+        landmarks.append([cell[0], cell[1], rng.choice(ROOMS[name])])
+    return {
+        "room_rows": room_rows,
+        "room_cols": room_cols,
+        "room_size": room_size,
+        "rooms": [[r, c, name] for (r, c), name in zip(grid, names, strict=True)],
+        "doors": doors,
+        "landmarks": landmarks,
+    }
+
+
+def _split_of(key: str) -> Split:
+    bucket = int(hashlib.sha256(key.encode()).hexdigest(), 16) % EVAL_BUCKETS
+    return "eval" if bucket == 0 else "train"
+
+
+def make_vln_tasks(
+    split: Split,
+    n: int,
+    seed: int = 0,
+    *,
+    room_rows: int = 2,
+    room_cols: int = 2,
+    room_size: int = 2,
+    min_path: int = 4,
+    max_path: int = 12,
+) -> list[Task]:
+    """`n` navigation episodes (house, start pose, goal landmark, route instruction) whose
+    shortest path, `stop` included, has `min_path`..`max_path` actions. Train and eval episodes
+    are disjoint (a hash of the episode picks its split), so eval tasks are held out."""
+    if min_path > max_path:
+        raise ValueError(f"min_path {min_path} > max_path {max_path}")
+    rng = random.Random(f"vln/{split}/{seed}/{room_rows}x{room_cols}x{room_size}")
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for _ in range(200 * n + 1000):
+        if len(tasks) == n:
+            return tasks
+        spec = generate_house(rng, room_rows, room_cols, room_size)
+        house = HouseMap(spec)
+        goal = tuple(rng.choice(spec["landmarks"])[:2])
+        cell = (rng.randrange(house.rows), rng.randrange(house.cols))
+        if cell == goal:
+            continue
+        pose: Pose = (cell[0], cell[1], rng.randrange(4))
+        path = shortest_path(house, pose, goal)  # type: ignore[arg-type]
+        if not min_path <= len(path) <= max_path:
+            continue
+        key = json.dumps([spec, pose, goal])
+        if key in seen or _split_of(key) != split:
+            continue
+        seen.add(key)
+        instruction = route_instruction(house, pose, path, goal)  # type: ignore[arg-type]
+        tasks.append(
+            Task(
+                task_id=f"vln-{split}-{seed}-{len(tasks)}",
+                prompt=instruction,
+                answers=[" ".join(ACTIONS[a] for a in path)],
+                fields={"house": spec, "start": list(pose), "goal": list(goal)},
+            )
+        )
+    raise RuntimeError(f"could not generate {n} {split} navigation episodes")
+
+
+# ---------------------------------------------------------------------------------------------
+# The env
+# ---------------------------------------------------------------------------------------------
+
+
+class NavigationEnv(DiscreteActionEnv):
+    """VLN-R1 navigation: follow a route instruction through a generated house, 6 actions per
+    turn, time-decayed chunk reward (see the module doc)."""
+
+    def __init__(
+        self,
+        chunk_size: int = CHUNK_SIZE,
+        max_steps: int = 24,
+        decay: float = 0.8,
+        success_reward: float = 0.0,
+        format_penalty: float = 0.1,
+    ) -> None:
+        super().__init__(ACTIONS, chunk_size, max_steps, format_penalty)
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        self.chunk_size = chunk_size
+        self.decay = decay
+        self.success_reward = success_reward
+        self.house: HouseMap | None = None
+        self.pose: Pose = (0, 0, 0)
+        self.goal: Cell = (0, 0)
+        self.stopped = False
+        self.executed: list[int] = []  # actions executed this episode, in order
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT.format(k=self.chunk_size)
+
+    def _new_episode(self, task: Task, seed: int) -> None:
+        del seed  # the task fixes the house, the start and the goal
+        self.house = HouseMap(task.fields["house"])
+        self.pose = tuple(task.fields["start"])  # type: ignore[assignment]
+        self.goal = tuple(task.fields["goal"])  # type: ignore[assignment]
+        self.stopped = False
+        self.executed = []
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        first = super().reset(task, seed)
+        first.messages[-1]["content"] = (
+            f"Instruction: {task.prompt}\n{first.messages[-1]['content']}"
+        )
+        return first
+
+    def _apply(self, index: int) -> tuple[float, bool, bool]:
+        assert self.house is not None
+        self.executed.append(index)
+        if index == STOP:
+            self.stopped = True
+            return (self.success_reward if self._success() else 0.0), True, False
+        self.pose = step_pose(self.house, self.pose, index)
+        return 0.0, False, False
+
+    def _success(self) -> bool:
+        return self.stopped and self.pose[:2] == self.goal
+
+    def state_text(self) -> str:
+        assert self.house is not None, "reset() first"
+        r, c, h = self.pose
+        cell = (r, c)
+        return (
+            f"You are in the {self.house.room_name(cell)}, facing {HEADINGS[h]}.\n"
+            f"Ahead: {self.house.describe(cell, h)}. Left: {self.house.describe(cell, (h - 1) % 4)}. "
+            f"Right: {self.house.describe(cell, (h + 1) % 4)}.\n"
+            f"In view: {self.house.in_view(cell, h)}."
+        )
+
+    def anchor_key(self) -> Pose:
+        return self.pose
+
+    def expert_actions(self) -> list[int]:
+        """The shortest path from the current pose, `stop` included."""
+        assert self.house is not None, "reset() first"
+        return shortest_path(self.house, self.pose, self.goal)
+
+    def expert_turn(self) -> str:
+        """The next `chunk_size` actions of the shortest path from here."""
+        if self.done:
+            return self.expert_text([])
+        return self.expert_text(self.expert_actions())
+
+    def parse_token(self, token: str) -> int | None:
+        """One action the model wrote: a name of ACTIONS ("turn left" and "turn_left" too)."""
+        text = _TURN.sub(lambda m: f"turn-{m.group(1).lower()}", token)
+        return parse_action(text, self.action_names, self.index_base)
+
+    def step(self, action: Action) -> StepResult:
+        """envs/discrete.py's step (parse, execute in order, penalties), plus the chunk's
+        time-decayed reward against the expert's next actions from the pre-chunk state."""
+        expert = self.expert_actions()[: self.chunk_size] if self.house is not None else []
+        before = len(self.executed)
+        result = super().step(action)
+        predicted = self._predicted(action)
+        if predicted:
+            tdr = time_decay_reward(predicted, expert, self.decay)
+            result.reward += tdr
+            result.info["tdr"] = tdr
+            result.info["chunk_actions"] = len(self.executed) - before
+        return result
+
+    def _predicted(self, action: Action) -> list[int]:
+        """The chunk's valid actions in order, as parsed (of the first `chunk_size` written)."""
+        if action.kind != "tool" or action.name != "action":
+            return []
+        tokens = split_actions(str(action.arguments.get("actions", "")))[: self.chunk_size]
+        parsed = [self.parse_token(t) for t in tokens]
+        return [p for p in parsed if p is not None]
+
+
+def describe_path(path: Sequence[int]) -> str:
+    """Action indices as the `<action>` body the expert writes."""
+    return f" {ACTION_SEP} ".join(ACTIONS[i] for i in path)

@@ -1,0 +1,128 @@
+"""The VLN-R1 navigation env (envs/embodied/navigation.py): generated houses, route
+instructions, 6-action chunks executed in order, the time-decayed chunk reward, the expert."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentic_rl.envs.base import check_env
+from agentic_rl.envs.embodied.navigation import (
+    ACTIONS,
+    FORWARD,
+    LEFT,
+    RIGHT,
+    STOP,
+    HouseMap,
+    NavigationEnv,
+    make_vln_tasks,
+    shortest_path,
+    step_pose,
+)
+from agentic_rl.envs.registry import env_class, task_generator
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.rewards.time_decay import time_decay_reward
+from agentic_rl.types import Action
+
+
+def act(text: str) -> Action:
+    return Action(kind="tool", name="action", arguments={"actions": text})
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return make_vln_tasks("train", 20, seed=0)
+
+
+def test_registered_and_check_env_passes(tasks):
+    assert env_class("vln") is NavigationEnv and task_generator("vln") is make_vln_tasks
+    assert check_env(NavigationEnv(), tasks) == []
+
+
+def test_tasks_are_seeded_held_out_and_within_the_path_limits(tasks):
+    again = make_vln_tasks("train", 20, seed=0)
+    assert [t.fields for t in again] == [t.fields for t in tasks]
+    held_out = make_vln_tasks("eval", 20, seed=0)
+    assert not {str(t.fields) for t in held_out} & {str(t.fields) for t in tasks}
+    for task in tasks:
+        path = task.answers[0].split()
+        assert 4 <= len(path) <= 12 and path[-1] == "stop"
+        assert task.prompt.endswith(".") and "stop at the" in task.prompt
+
+
+def test_house_walls_doors_and_observation():
+    spec = {
+        "room_rows": 1,
+        "room_cols": 2,
+        "room_size": 2,
+        "rooms": [[0, 0, "kitchen"], [0, 1, "bedroom"]],
+        "doors": [[[0, 1], [0, 2]]],  # between (0, 1) in the kitchen and (0, 2) in the bedroom
+        "landmarks": [[1, 0, "fridge"], [0, 3, "bed"]],
+    }
+    house = HouseMap(spec)
+    assert house.passable((0, 1), (0, 2)) and not house.passable((1, 1), (1, 2))
+    assert step_pose(house, (1, 1, 1), FORWARD) == (1, 1, 1)  # a wall: no move
+    assert step_pose(house, (0, 1, 1), FORWARD) == (0, 2, 1)  # through the door
+    assert step_pose(house, (0, 1, 1), LEFT) == (0, 1, 0)
+    assert step_pose(house, (0, 1, 0), RIGHT) == (0, 1, 1)
+    assert house.describe((0, 1), 1) == "a door to the bedroom"
+    assert house.describe((0, 0), 2) == "the fridge"
+    assert house.in_view((0, 0), 1) == "the bed, three steps ahead"  # through the door
+    # facing north at (1, 1): right (east) is a wall, forward, turn right, 2 x forward, stop
+    assert shortest_path(house, (1, 1, 0), (0, 3)) == [FORWARD, RIGHT, FORWARD, FORWARD, STOP]
+
+
+def test_a_chunk_of_six_runs_in_order_with_the_decayed_reward(tasks):
+    env = NavigationEnv(decay=0.5)
+    task = tasks[0]
+    env.reset(task, 0)
+    expert = env.expert_actions()[:6]
+    # the expert's chunk with its first action swapped for another: executed in order
+    wrong = [LEFT if expert[0] != LEFT else RIGHT, *expert[1:]]
+    names = " || ".join(ACTIONS[a] for a in wrong)
+    result = env.step(act(names))
+    ran = wrong[: wrong.index(STOP) + 1] if STOP in wrong else wrong  # a stop ends the chunk
+    assert env.executed == ran
+    assert result.info["tdr"] == pytest.approx(time_decay_reward(wrong, expert, 0.5))
+    assert result.reward == pytest.approx(result.info["tdr"])
+
+
+def test_extra_actions_are_dropped_with_the_format_penalty(tasks):
+    env = NavigationEnv(chunk_size=6, max_steps=24)
+    env.reset(tasks[1], 0)
+    result = env.step(act(" || ".join(["turn-left"] * 8)))
+    assert result.info["actions"] == 6 and result.info["invalid_action"] == 1
+    assert result.reward == pytest.approx(
+        time_decay_reward([LEFT] * 6, env_expert(tasks[1]), 0.8) - 0.1
+    )
+
+
+def env_expert(task):
+    env = NavigationEnv()
+    env.reset(task, 0)
+    return env.expert_actions()[:6]
+
+
+def test_turn_spellings_parse_and_garbage_is_an_error_observation(tasks):
+    env = NavigationEnv()
+    env.reset(tasks[2], 0)
+    assert env.parse_token("turn left") == LEFT and env.parse_token("Turn_Right") == RIGHT
+    result = env.step(act("fly away"))
+    assert result.observation.name == "error" and result.info["invalid_action"] == 1
+    assert not result.terminated and result.reward == pytest.approx(-0.1)
+
+
+def test_expert_succeeds_in_chunks_and_stop_elsewhere_fails(tasks):
+    fmt = TagFormat(NavigationEnv().tools)
+    for task in tasks:
+        env = NavigationEnv()
+        env.reset(task, 0)
+        turns = 0
+        while not env.done:
+            result = env.step(fmt.parse(env.expert_turn(), "stop"))
+            turns += 1
+        assert result.info["success"] == 1.0
+        assert turns == -(-len(task.answers[0].split()) // 6)  # 6 actions per turn
+    env = NavigationEnv()
+    env.reset(tasks[0], 0)
+    result = env.step(act("stop"))
+    assert result.terminated and result.info["success"] == 0.0
