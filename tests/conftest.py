@@ -30,3 +30,29 @@ def tiny(tokenizer):
     model = tiny_model(len(tokenizer), seed=0)
     model.config.use_cache = False
     return model
+
+
+TINY_VISION = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "image_size": 32,
+    "patch_size": 16,
+}
+"""A 1-layer vision tower over 32 x 32 images: 4 patches, 4 image tokens (scale factor 1)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """A local vision-language model directory (Idefics3, as SmolVLM): the tiny random Llama
+    with a tiny random vision tower grafted on (model/vision.py), loadable by model.name."""
+    from transformers import AutoTokenizer
+
+    from agentic_rl.model.load import bundled_model_dir
+    from agentic_rl.model.vision import graft_vlm, save_vlm
+
+    tok = AutoTokenizer.from_pretrained(bundled_model_dir())
+    text = tiny_model(len(tok), seed=0)
+    model, tok = graft_vlm(text, tok, vision=TINY_VISION, seed=0)
+    return save_vlm(model, tok, tmp_path_factory.mktemp("tiny_vlm"))

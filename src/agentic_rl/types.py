@@ -14,6 +14,19 @@ Message = dict[str, str]
 """A chat message, `{"role": "system" | "user" | "assistant" | "tool", "content": str}`."""
 
 
+@dataclass(frozen=True)
+class ImageRef:
+    """An image by reference: the file it is stored in and the sha256 of that file's bytes.
+
+    Trajectories, checkpoints and logs hold these, never pixels: an episode stays as small as its
+    token ids, and whoever reads the pixels (the generator, the learner) checks the hash, so a
+    changed or missing file fails loudly instead of training on other pixels than were seen
+    (model/vision.py writes and reads them)."""
+
+    path: str
+    sha256: str
+
+
 @dataclass
 class Task:
     """One problem instance an env is reset with.
@@ -42,6 +55,10 @@ class Observation:
     name: str = ""
     anchor: Hashable | None = None
     """A hashable summary of the env state (GiGPO anchor-state grouping); None if not defined."""
+    images: list[ImageRef] = field(default_factory=list)
+    """Images shown with this observation, in order. The chat format puts the model's image
+    placeholder tokens for them after the text (loss mask 0); for `reset`, after the last
+    message's text. Empty for text-only envs."""
 
 
 ActionKind = Literal["tool", "answer", "invalid", "none"]
@@ -136,6 +153,8 @@ class Trajectory:
     metrics: dict[str, float] = field(default_factory=dict)
     completion_text: str = ""
     """Decoded model + observation text after the prompt, for reward functions and logs only."""
+    images: list[ImageRef] = field(default_factory=list)
+    """The images whose placeholder tokens are in `token_ids`, in order of appearance."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)

@@ -18,7 +18,8 @@ from torch import nn
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.model.attention import register_if_used
 from agentic_rl.model.prefix_sharing import cache_keyword
-from agentic_rl.types import Completion, SamplingParams
+from agentic_rl.model.vision import VISION_TOKENS, spec_of_model, vision_inputs
+from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
 def _top_p_filter(
@@ -132,6 +133,16 @@ class HFGenerator:
     has pi / pi_behav = Z <= 1: the samples are off-policy for pi, which the rollout correction
     (algo.rollout_correction, on by default then) weighs; tokens outside the nucleus are never
     drawn, a bias no weight removes. Greedy requests (temperature 0) report temperature 1.
+
+    Images (a vision-language model, model/vision.py): `generate(..., images=)` gives each
+    prompt's images in the order of its placeholder tokens; their pixel values go into the
+    prefill, where the model puts the image features into the KV cache, so decoding steps need
+    none. A prompt with images reuses the stored KV of an earlier turn only if that turn's
+    pictures (by hash) are the first of its own (equal placeholder tokens may stand for other
+    pictures); the new turn's pictures go into the prefill of its suffix. A vision-language
+    model never samples its image placeholder tokens (their logits are -inf, as vLLM's bad
+    words): a sampled `<image>` would claim image features that do not exist. The learner's pi
+    keeps their (tiny) mass, so pi / pi_behav = Z <= 1 on sampled tokens, as with top-p.
     """
 
     def __init__(
@@ -159,6 +170,9 @@ class HFGenerator:
         if not eos and tokenizer.eos_token_id is not None:
             eos = [tokenizer.eos_token_id]
         self.eos_token_ids = set(eos)
+        self._banned: list[int] | None = None  # a VLM's placeholder ids: never sampled
+        if spec_of_model(model) is not None:
+            self._banned = [int(tokenizer.convert_tokens_to_ids(t)) for t in VISION_TOKENS]
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # transformers renamed `past_key_values` to `cache`; support both.
         params = inspect.signature(model.forward).parameters
@@ -171,6 +185,7 @@ class HFGenerator:
         # dropped whenever the weights change (`update_weights`) because it would be stale.
         self.prefix_cache = prefix_cache and _layered_cache_available()
         self._kv_store: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._kv_images: dict[tuple[int, ...], tuple[str, ...]] = {}  # stored KV's pictures
         self._kv_weights = self._weights_version()
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
@@ -184,21 +199,30 @@ class HFGenerator:
             self.model.load_state_dict(dict(state), strict=False)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        if images is not None and len(images) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists")
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
-            out.extend(self._generate_batch(prompts[start:end], params[start:end]))
+            rows = images[start:end] if images is not None and any(images) else None
+            out.extend(self._generate_batch(prompts[start:end], params[start:end], rows))
         return out
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         self.calls += 1
         n = len(prompts)
@@ -216,9 +240,19 @@ class HFGenerator:
             gen.seed()
 
         # Identical prompts (the G samples of a group) are prefilled once, then copied.
-        unique: dict[tuple[int, ...], int] = {}
-        row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        cache, attn, positions, logits = self._prefill(list(unique))
+        unique: dict[tuple, int] = {}
+        if images is None:
+            row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+            cache, attn, positions, logits = self._prefill(list(unique))
+        else:  # identical means same tokens and same pictures
+            keys = [
+                (tuple(p), tuple(r.sha256 for r in refs))
+                for p, refs in zip(prompts, images, strict=True)
+            ]
+            row_of = [unique.setdefault(key, len(unique)) for key in keys]
+            first = {row: i for i, row in reversed(list(enumerate(row_of)))}
+            rows = [images[first[u]] for u in range(len(unique))]
+            cache, attn, positions, logits = self._prefill([k[0] for k in unique], rows)
         expand = torch.tensor(row_of, device=attn.device)
         cache.batch_select_indices(expand)
         attn, logits = attn[expand], logits[expand]
@@ -235,7 +269,10 @@ class HFGenerator:
         reasons: list[str] = ["length"] * n
         alive = list(range(n))  # row r of the live batch is sequence alive[r]
         saved: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        saved_images: dict[tuple[int, ...], tuple[str, ...]] = {}
         while alive:
+            if self._banned is not None:
+                logits[:, self._banned] = float("-inf")
             choice, chosen_lp = sample_step(
                 logits, [temps[s] for s in alive], [top_ps[s] for s in alive], gen
             )
@@ -258,6 +295,8 @@ class HFGenerator:
                     # The next turn of this episode starts with these tokens: keep their KV.
                     fed = tuple(prompts[seq]) + tuple(tokens[seq][:-1])
                     saved[fed] = self._row_kv(cache, attn, r)
+                    if images is not None:  # ... and the pictures their KV has seen
+                        saved_images[fed] = tuple(ref.sha256 for ref in images[seq])
             if not keep:
                 break
             if len(keep) < len(alive):  # finished sequences leave the batch
@@ -270,6 +309,7 @@ class HFGenerator:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         self._kv_store = saved  # only the latest call's sequences can be continued
+        self._kv_images = saved_images
         self._kv_weights = self._weights_version()
         if was_training:
             self.model.train()
@@ -288,26 +328,38 @@ class HFGenerator:
         changes it, so KV computed under older weights is never reused."""
         return sum(p._version for p in self.model.parameters())
 
-    def _lookup(self, prompt: tuple[int, ...]) -> tuple[int, list | None]:
-        """The longest stored sequence that is a proper prefix of `prompt`, and its KV."""
+    def _lookup(
+        self, prompt: tuple[int, ...], pictures: tuple[str, ...] = ()
+    ) -> tuple[int, list | None]:
+        """The longest stored sequence that is a proper prefix of `prompt`, and its KV; its
+        pictures (hashes) must be the first of the prompt's `pictures`."""
         best: tuple[int, list | None] = (0, None)
         for fed, kv in self._kv_store.items():
             if best[0] < len(fed) < len(prompt) and prompt[: len(fed)] == fed:
-                best = (len(fed), kv)
+                seen = self._kv_images.get(fed, ())
+                if pictures[: len(seen)] == seen:
+                    best = (len(fed), kv)
         return best
 
     def _prefill(
-        self, prompts: list[tuple[int, ...]]
+        self,
+        prompts: list[tuple[int, ...]],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run the prompts through the model, reusing stored KV of earlier turns.
 
         Row layout (columns of the attention mask): [pad][cached prefix][pad][new suffix]; pads
         are masked out and position ids are explicit, so rows of any cached / new length batch
-        together. Returns (cache, attention mask, next position [U, 1], last logits [U, V])."""
+        together. `images`: each prompt's images; those not in a reused prefix go into this
+        prefill. Returns (cache, attention mask, next position [U, 1], last logits [U, V])."""
         from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
-        found = [self._lookup(p) if self.prefix_cache else (0, None) for p in prompts]
+        pictures = [tuple(r.sha256 for r in refs) for refs in images or [()] * len(prompts)]
+        found = [
+            self._lookup(p, seen) if self.prefix_cache else (0, None)
+            for p, seen in zip(prompts, pictures, strict=True)
+        ]
         cached = [length for length, _ in found]
         suffixes = [p[length:] for p, (length, _) in zip(prompts, found, strict=True)]
         self.prompt_tokens += sum(len(s) for s in suffixes)
@@ -324,7 +376,14 @@ class HFGenerator:
             attn[i, past - length : past] = 1
             attn[i, past + width - len(suffix) :] = 1
             positions[i, width - len(suffix) :] = torch.arange(length, length + len(suffix))
-        out = self._forward(ids, attn, positions, cache)
+        extra: dict[str, torch.Tensor] = {}
+        if images:  # the pictures whose placeholders are in the new suffixes
+            new = [
+                refs[len(self._kv_images.get(p[:length], ())) if length else 0 :]
+                for p, refs, (length, _) in zip(prompts, images, found, strict=True)
+            ]
+            extra = vision_inputs(self._compute_model(), new, device, ids)
+        out = self._forward(ids, attn, positions, cache, extra)
         return cache, attn, positions[:, -1:] + 1, out.logits[:, -1, :].float()
 
     @staticmethod
@@ -352,9 +411,14 @@ class HFGenerator:
         ]
 
     def _forward(
-        self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, cache: Any
+        self,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        extra: dict[str, torch.Tensor] | None = None,
     ) -> Any:
-        kwargs: dict[str, Any] = {self._cache_kw: cache}
+        kwargs: dict[str, Any] = {self._cache_kw: cache, **(extra or {})}
         if self._keep_kw:  # only the last position's logits: the prefill never builds [N, T, V]
             kwargs[self._keep_kw] = 1
         return self._compute_model()(

@@ -16,7 +16,7 @@ import torch
 
 from agentic_rl.algos.gigpo import anchor_groups, discounted_step_returns
 from agentic_rl.config.algo import GigpoConfig
-from agentic_rl.types import Task, Trajectory
+from agentic_rl.types import ImageRef, Task, Trajectory
 
 
 @dataclass
@@ -84,12 +84,20 @@ class TrainBatch:
     # rollout correction and the mismatch metrics compare pi_old with them (0 off the mask)
     stale: bool = False  # samples may be from older weights (async rollouts, serve-policy):
     # the learner corrects them with decoupled PPO (scale/async_rollout.correct_stale)
+    images: list[list[ImageRef]] | None = None  # [N] each row's images, in placeholder order
+    # (vision-language policies, model/vision.py); None when no row has any
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, idx: slice | torch.Tensor) -> TrainBatch:
         fields = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        if self.images is not None:  # a list per row: picked like the tensors' rows
+            if isinstance(idx, slice):
+                rows = list(range(len(self))[idx])
+            else:  # index or boolean-mask tensor
+                rows = (idx.nonzero().flatten() if idx.dtype == torch.bool else idx).tolist()
+            fields["images"] = [self.images[i] for i in rows]
         return TrainBatch(**fields)
 
     def to(self, device: torch.device | str) -> TrainBatch:
@@ -134,6 +142,9 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         token_rewards=token_rewards * mask,
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
         episode_index=torch.arange(n),
+        images=[list(t.images) for t in trajectories]
+        if any(t.images for t in trajectories)
+        else None,
     )
 
 

@@ -23,6 +23,7 @@ from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast, token_logprobs
+from agentic_rl.model.vision import vision_inputs
 
 if TYPE_CHECKING:
     from agentic_rl.scale.fsdp import DataParallel
@@ -101,6 +102,7 @@ def forward_no_grad(
             positions=mb.loss_mask > 0,
             share_prefix=share_prefix,
             temperature=temperature,
+            model_inputs=vision_inputs(model, mb.images, device, mb.input_ids),
         )
         lps.append(lp * mb.loss_mask)
         if value_head is not None:  # V_t from the state that predicts token t (model/critic.py)
@@ -369,6 +371,8 @@ def _micro_batch_loss(
         # of the gradient norm after the warm start) while the 2-process update test matched.
         keep_probs=keep_probs,
         temperature=sampling_temperature(cfg),
+        # a vision-language policy's images: the pixels the generator saw (model/vision.py)
+        model_inputs=vision_inputs(model, mb.images, mb.input_ids.device, mb.input_ids),
     )
     # One on-policy pass: the ratio is exactly 1 (old = current, detached), the gradient is the
     # plain policy gradient. Otherwise pi_old is mb.old_logprobs (recomputed once by update(),

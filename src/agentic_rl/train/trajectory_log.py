@@ -201,6 +201,8 @@ class TrajectoryLog:
             "adv": _fit(tensors.get("adv"), n),
             "versions": list(t.token_versions) if t.token_versions else None,
             "turns": self._turns(t, pieces),
+            # images by reference (a vision-language policy): file and sha256, in token order
+            "images": [{"path": i.path, "sha256": i.sha256} for i in t.images] or None,
         }
 
     def _turns(self, t: Trajectory, pieces: list[str]) -> list[dict[str, Any]]:

@@ -1,0 +1,354 @@
+"""Vision-language policies: images by reference, pixels, placeholder tokens, a grafted VLM.
+
+The image path is token-native like everything else. An env's observation carries `ImageRef`s
+(a file and its sha256); the chat format writes the model's placeholder text for each image
+(`VisionSpec.placeholder`: Idefics3 / SmolVLM's `<fake_token_around_image><global-img>` +
+`<image>` x tokens_per_image + `<fake_token_around_image>`), which the tokenizer maps to single
+special ids with loss mask 0; the generator and the learner turn the same refs into the same
+pixel values (`pixel_values`, PIL + numpy only: torchvision does not import beside the pinned
+CPU torch here) and the model scatters its image features into the `<image>` positions.
+
+Supported models: the Idefics3 family (`Idefics3ForConditionalGeneration`, SmolVLM), loaded
+with `AutoModelForImageTextToText` from any local directory. No pretrained one can be
+downloaded here, so `graft_vlm` builds one as SmolVLM is built: a SigLIP-style vision tower
+(Idefics3VisionConfig, randomly initialised), the Idefics3 connector (pixel shuffle + a linear
+projection) and a text model whose weights are copied in (the bundled SmolLM2). Each image is
+one global view resized to the tower's `image_size` (no image splitting).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.types import ImageRef
+
+IMAGE_TOKEN = "<image>"
+AROUND_IMAGE = "<fake_token_around_image>"
+GLOBAL_IMAGE = "<global-img>"
+VISION_TOKENS = (AROUND_IMAGE, IMAGE_TOKEN, GLOBAL_IMAGE)
+FAMILIES = ("idefics3", "smolvlm")
+"""Model types whose image inputs this module builds (`pixel_values` [B, N, 3, S, S])."""
+
+GRAFTED_VISION = {
+    "hidden_size": 192,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "image_size": 80,
+    "patch_size": 16,
+}
+"""The vision tower grafted onto the bundled model: 80 x 80 images in 16-pixel patches, 25
+patches, each one cell of the 5 x 5 grids the image envs render (envs/visual.py); ~1.9M
+parameters. With the connector's scale factor 1 every patch is one image token."""
+
+
+class ImageError(ValueError):
+    """An image reference cannot be read back: the file is missing or its bytes changed."""
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """How a vision-language model takes an image: its side in pixels, the normalisation, and
+    the placeholder text the chat format inserts for it."""
+
+    image_size: int
+    tokens_per_image: int
+    image_token_id: int
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+    @property
+    def placeholder(self) -> str:
+        """One image as SmolVLM's processor writes a global (unsplit) image."""
+        return AROUND_IMAGE + GLOBAL_IMAGE + IMAGE_TOKEN * self.tokens_per_image + AROUND_IMAGE
+
+
+def is_vision_config(config: Any) -> bool:
+    """Is `config` (a transformers config) a vision-language model's?"""
+    return getattr(config, "vision_config", None) is not None
+
+
+def vision_spec(config: Any, preprocessor: dict | None = None) -> VisionSpec:
+    """The VisionSpec of an Idefics3-family config; `preprocessor` (preprocessor_config.json)
+    gives the normalisation when the model directory has one. Other VLM families are refused
+    by name: their image inputs are laid out differently."""
+    model_type = getattr(config, "model_type", "?")
+    if model_type not in FAMILIES:
+        raise ModelLoadError(
+            f"vision-language model type {model_type!r} is not supported for image inputs "
+            f"(supported: {', '.join(FAMILIES)})"
+        )
+    vision = config.vision_config
+    side = vision.image_size // vision.patch_size
+    tokens = side * side // (config.scale_factor**2)
+    pre = preprocessor or {}
+    mean = tuple(pre.get("image_mean", (0.5, 0.5, 0.5)))
+    std = tuple(pre.get("image_std", (0.5, 0.5, 0.5)))
+    return VisionSpec(int(vision.image_size), int(tokens), int(config.image_token_id), mean, std)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=16)
+def spec_of_dir(path: str) -> VisionSpec | None:
+    """The VisionSpec of the model directory `path`, or None for a text-only model (or a path
+    that is not a model directory, such as a tokenizer's hub-style name)."""
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        return None
+    raw = json.loads(config_file.read_text())
+    if "vision_config" not in raw:
+        return None
+    from transformers import AutoConfig
+
+    pre_file = Path(path) / "preprocessor_config.json"
+    pre = json.loads(pre_file.read_text()) if pre_file.is_file() else None
+    return vision_spec(AutoConfig.from_pretrained(path), pre)
+
+
+def spec_of_model(model: nn.Module) -> VisionSpec | None:
+    """The VisionSpec of a loaded model (None: text-only)."""
+    if hasattr(model, "get_base_model"):  # PEFT
+        model = model.get_base_model()
+    config = getattr(model, "config", None)
+    if not is_vision_config(config):
+        return None
+    cached = getattr(model, "_agentic_rl_vision_spec", None)
+    if cached is None:
+        name = getattr(config, "_name_or_path", "") or ""
+        cached = spec_of_dir(name) if name and Path(name).is_dir() else None
+        cached = cached or vision_spec(config)
+        model._agentic_rl_vision_spec = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def image_text(tokenizer: Any) -> str:
+    """The placeholder text of one image for the model `tokenizer` was loaded with ("" for a
+    text-only model): read from that model directory's config."""
+    spec = spec_of_dir(str(getattr(tokenizer, "name_or_path", "") or ""))
+    return spec.placeholder if spec is not None else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Images by reference
+# ---------------------------------------------------------------------------------------------
+
+
+def save_image(image: Any, directory: str | os.PathLike) -> ImageRef:
+    """Store a PIL image as PNG under `directory`, named by the sha256 of its bytes (so the
+    same picture is stored once however often an env shows it); returns its reference."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    data = buffer.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    path = Path(directory) / digest[:2] / f"{digest}.png"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".img-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)  # atomic: a reader never sees half a file
+    return ImageRef(path=str(path), sha256=digest)
+
+
+def load_image(ref: ImageRef) -> Any:
+    """The PIL image `ref` points at, after checking its bytes against the recorded hash."""
+    from PIL import Image
+
+    try:
+        data = Path(ref.path).read_bytes()
+    except OSError as err:
+        raise ImageError(f"image {ref.path} cannot be read: {err}") from err
+    if hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise ImageError(f"image {ref.path} changed since it was shown (sha256 differs)")
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def preprocess(image: Any, spec: VisionSpec) -> np.ndarray:
+    """RGB image -> [3, S, S] float32: resized to the tower's side (bilinear), scaled to [0, 1],
+    then (x - mean) / std per channel, as SigLIP / Idefics3 image processors do."""
+    from PIL import Image
+
+    side = spec.image_size
+    if image.size != (side, side):
+        image = image.resize((side, side), Image.Resampling.BILINEAR)
+    array = np.asarray(image, dtype=np.float32) / 255.0  # [S, S, 3]
+    mean = np.asarray(spec.mean, dtype=np.float32)
+    std = np.asarray(spec.std, dtype=np.float32)
+    return ((array - mean) / std).transpose(2, 0, 1).copy()
+
+
+_PIXELS: OrderedDict[tuple[str, VisionSpec], np.ndarray] = OrderedDict()
+_PIXEL_CACHE_SIZE = 4096  # 80 x 80 images: ~77 KB each
+
+
+def image_pixels(ref: ImageRef, spec: VisionSpec) -> np.ndarray:
+    """`preprocess(load_image(ref))`, memoised by hash: the generator and the learner read the
+    same image many times per step (each turn's context, each micro-batch)."""
+    key = (ref.sha256, spec)
+    cached = _PIXELS.get(key)
+    if cached is None:
+        cached = preprocess(load_image(ref), spec)
+        _PIXELS[key] = cached
+        if len(_PIXELS) > _PIXEL_CACHE_SIZE:
+            _PIXELS.popitem(last=False)
+    else:
+        _PIXELS.move_to_end(key)
+    return cached
+
+
+def pixel_values(rows: Sequence[Sequence[ImageRef]], spec: VisionSpec) -> torch.Tensor:
+    """The images of each row -> pixel_values [B, N, 3, S, S] (N: the most images of any row;
+    rows with fewer are padded with all-zero images, which Idefics3 drops before its tower)."""
+    most = max((len(r) for r in rows), default=0)
+    side = spec.image_size
+    out = torch.zeros((len(rows), most, 3, side, side), dtype=torch.float32)
+    for i, refs in enumerate(rows):
+        for j, ref in enumerate(refs):
+            out[i, j] = torch.from_numpy(image_pixels(ref, spec))
+    return out
+
+
+def vision_inputs(
+    model: nn.Module,
+    rows: Sequence[Sequence[ImageRef]] | None,
+    device: torch.device | str | None = None,
+    input_ids: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """The extra forward arguments for the images of a batch's rows: {} when no row has one
+    (the text-only path is untouched), else {"pixel_values": [B, N, 3, S, S]}. With
+    `input_ids` [B, T], each row's `<image>` tokens must number its images x tokens_per_image:
+    a mismatch would scatter image features into the wrong positions, so it is refused."""
+    if not rows or not any(rows):
+        return {}
+    spec = spec_of_model(model)
+    if spec is None:
+        raise ValueError("these samples carry images but the model is not a vision-language model")
+    if input_ids is not None:
+        counts = (input_ids == spec.image_token_id).sum(-1).tolist()
+        for i, (count, refs) in enumerate(zip(counts, rows, strict=True)):
+            if count != len(refs) * spec.tokens_per_image:
+                raise ValueError(
+                    f"row {i}: {count} image tokens for {len(refs)} images of "
+                    f"{spec.tokens_per_image} tokens each"
+                )
+    pixels = pixel_values(rows, spec)
+    dtype = next(model.parameters()).dtype
+    return {"pixel_values": pixels.to(device=device, dtype=dtype)}
+
+
+# ---------------------------------------------------------------------------------------------
+# A vision-language model grafted onto a text model
+# ---------------------------------------------------------------------------------------------
+
+
+def graft_vlm(
+    text_model: nn.Module,
+    tokenizer: Any,
+    vision: dict | None = None,
+    scale_factor: int = 1,
+    seed: int = 0,
+) -> tuple[nn.Module, Any]:
+    """An Idefics3ForConditionalGeneration (SmolVLM's architecture) whose text model carries
+    `text_model`'s weights, with a randomly initialised SigLIP-style vision tower (`vision`:
+    Idefics3VisionConfig fields, default GRAFTED_VISION) and connector (pixel shuffle by
+    `scale_factor`, then a linear map to the text width). The tokenizer gains the three image
+    special tokens; their embedding rows start at the mean of the others (transformers'
+    default on resize). Returns (model, tokenizer)."""
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": list(VISION_TOKENS)}, replace_extra_special_tokens=False
+    )
+    with torch.random.fork_rng():  # the new rows are drawn around the old mean: seeded
+        torch.manual_seed(seed)
+        text_model.resize_token_embeddings(len(tokenizer))
+    text_config = text_model.config.to_dict()
+    text_config["vocab_size"] = len(tokenizer)
+    tied = bool(text_model.config.tie_word_embeddings)
+    config = Idefics3Config(
+        text_config=text_config,
+        vision_config=dict(GRAFTED_VISION if vision is None else vision),
+        scale_factor=scale_factor,
+        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        tie_word_embeddings=tied,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Idefics3ForConditionalGeneration(config)
+    backbone = getattr(text_model, text_model.base_model_prefix)
+    missing, unexpected = model.model.text_model.load_state_dict(backbone.state_dict())
+    if missing or unexpected:
+        raise ModelLoadError(f"text weights do not fit: missing {missing}, unexpected {unexpected}")
+    if tied:
+        model.lm_head.weight = model.model.text_model.embed_tokens.weight
+    else:
+        model.lm_head.load_state_dict(text_model.get_output_embeddings().state_dict())
+    model.config.use_cache = False
+    return model, tokenizer
+
+
+def save_vlm(model: nn.Module, tokenizer: Any, directory: str | os.PathLike) -> Path:
+    """Write a model directory `AutoModelForImageTextToText` loads (weights, config, tokenizer
+    and a preprocessor_config.json with the normalisation)."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    model.config.architectures = [type(model).__name__]
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    spec = vision_spec(model.config)
+    pre = {
+        "image_mean": list(spec.mean),
+        "image_std": list(spec.std),
+        "size": {"longest_edge": spec.image_size},
+        "do_image_splitting": False,
+    }
+    (target / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    spec_of_dir.cache_clear()
+    return target
+
+
+def grafted_model_dir(text_dir: Path, cache: Path, seed: int = 0) -> Path:
+    """The bundled model with a fresh vision tower, built once into `cache` (deterministic:
+    same seed, same weights) and reused."""
+    if (cache / "config.json").is_file() and (cache / "model.safetensors").is_file():
+        return cache
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(text_dir)
+    text = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
+    model, tokenizer = graft_vlm(text, tokenizer, seed=seed)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".graft-", dir=cache.parent))
+    save_vlm(model, tokenizer, tmp)
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    os.replace(tmp, cache)
+    return cache
+
+
+def freeze_text_model(model: nn.Module) -> int:
+    """The alignment stage (LLaVA's stage 1): only the vision tower and the connector train.
+    Turns off the gradients of everything else; returns the number of trainable parameters."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    trainable = 0
+    for name, param in base.named_parameters():
+        keep = ".vision_model." in f".{name}" or ".connector." in f".{name}"
+        param.requires_grad_(keep)
+        trainable += param.numel() if keep else 0
+    return trainable
