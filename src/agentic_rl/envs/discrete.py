@@ -106,8 +106,8 @@ class DiscreteActionEnv:
         """Set up the world state of `task` (deterministic given task and seed)."""
         raise NotImplementedError
 
-    def _apply(self, index: int) -> tuple[float, bool, bool]:
-        """Execute action `index`; returns (reward, terminated, truncated), where `truncated`
+    def _apply(self, index: Any) -> tuple[float, bool, bool]:
+        """Execute action `index` (what `parse_token` returned: an index by default); returns (reward, terminated, truncated), where `truncated`
         is the world's own time limit (a Gymnasium TimeLimit), not `max_steps`."""
         raise NotImplementedError
 
@@ -121,6 +121,11 @@ class DiscreteActionEnv:
     def _success(self) -> bool:
         """Whether the episode ended in success (checked when it ends)."""
         raise NotImplementedError
+
+    def parse_token(self, token: str) -> Any | None:
+        """What `_apply` receives for one action the model wrote, or None if it is not an
+        action now; by default its index into `action_names` (`parse_action`)."""
+        return parse_action(token, self.action_names, self.index_base)
 
     def anchor_key(self) -> Hashable:
         """The hashable state GiGPO groups steps on; the state text by default."""
@@ -155,23 +160,24 @@ class DiscreteActionEnv:
             return self._invalid(f"unknown action tag '{action.name}'")
         tokens = split_actions(str(action.arguments.get("actions", "")))
         dropped = max(len(tokens) - self.max_actions_per_turn, 0)
-        parsed = [(t, parse_action(t, self.action_names, self.index_base)) for t in tokens]
-        parsed = parsed[: self.max_actions_per_turn]
-        valid = [index for _, index in parsed if index is not None]
-        bad = [token for token, index in parsed if index is None]
-        if not valid:
-            why = f"'{bad[0][:40]}' is not an action" if bad else "empty action"
-            return self._invalid(why)
-        reward, terminated, truncated, executed = 0.0, False, False, 0
-        for index in valid:
-            if self.steps >= self.max_steps:
+        tokens = tokens[: self.max_actions_per_turn]
+        # each token is parsed just before it runs, against the actions legal then (envs whose
+        # action set changes with the state, like the household's admissible commands)
+        reward, terminated, truncated, executed, bad = 0.0, False, False, 0, []
+        for token in tokens:
+            if terminated or truncated or self.steps >= self.max_steps:
                 break
-            r, terminated, truncated = self._apply(index)
+            parsed = self.parse_token(token)
+            if parsed is None:
+                bad.append(token)
+                continue
+            r, terminated, truncated = self._apply(parsed)
             reward += r
             self.steps += 1
             executed += 1
-            if terminated or truncated:
-                break
+        if not executed:
+            why = f"'{bad[0][:40]}' is not an action" if bad else "empty action"
+            return self._invalid(why)
         penalised = bool(bad or dropped)
         if penalised:
             reward -= self.format_penalty

@@ -276,6 +276,15 @@ def get_multihop_search_tool(
     return BM25Search(build_multihop_world(num_entities, corpus_seed).corpus, topk=topk)
 
 
+@lru_cache(maxsize=8)
+def remote_search_tool(url: str, topk: int = 3) -> Tool:
+    """The `search` tool over a retrieval server, one per (url, topk) per process (its HTTP
+    connection pool is shared by every env)."""
+    from agentic_rl.retrieval.client import SearchClientTool
+
+    return SearchClientTool(url, topk=topk, timeout_s=5.0, retries=2, backoff_s=0.2)
+
+
 class MultiHopQAEnv(ToolEnv):
     """Two-hop questions about fictional people; a BM25 `search` tool; a search agent's reward.
 
@@ -288,7 +297,10 @@ class MultiHopQAEnv(ToolEnv):
     `tools` replaces the BM25 tool (a retrieval-server client, a ZeroSearch simulated engine's
     tool, web tools over `LocalFakeProvider.from_corpus(build_multihop_corpus())`...). Tools with
     a `set_task(question, answers)` method are pointed at each task on reset. The scripted expert
-    writes `<search>` calls, so it needs a tool named "search".
+    writes `<search>` calls, so it needs a tool named "search". `retriever_url` (env.options;
+    e.g. `agentic-rl serve-retriever` over this world's corpus) searches a retrieval server
+    instead of the in-process BM25: a server that is down is an infrastructure failure, not an
+    observation (retrieval/client.py, train/collect.py).
     """
 
     def __init__(
@@ -303,9 +315,12 @@ class MultiHopQAEnv(ToolEnv):
         tool_call_reward: float = 0.0,
         tools: list[Tool] | None = None,
         step_reward_weight: float = 0.0,
+        retriever_url: str = "",
     ) -> None:
         self.scheme = get_scheme(reward)
         self.scorer = SchemeScorer(self.scheme, step_reward_weight)
+        if not tools and retriever_url:
+            tools = [remote_search_tool(retriever_url, topk)]
         tools = (
             list(tools) if tools else [get_multihop_search_tool(num_entities, corpus_seed, topk)]
         )

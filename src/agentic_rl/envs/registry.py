@@ -37,10 +37,14 @@ from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.artist import MultiToolMathEnv
 from agentic_rl.envs.bandit import BanditEnv, make_bandit_tasks
 from agentic_rl.envs.base import Env
+from agentic_rl.envs.blocksworld import BlocksworldEnv, make_blocksworld_tasks
+from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
 from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.envs.code_repair import CodeRepairEnv, make_code_repair_tasks
 from agentic_rl.envs.code_self_play import CodeSelfPlayEnv, make_self_play_tasks
 from agentic_rl.envs.countdown import CountdownEnv, make_countdown_tasks
+from agentic_rl.envs.embodied.manipulation import ManipulationEnv, make_manipulation_tasks
+from agentic_rl.envs.embodied.navigation import NavigationEnv, make_vln_tasks
 from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
 from agentic_rl.envs.gym_text import (
     FrozenLakeEnv,
@@ -48,12 +52,24 @@ from agentic_rl.envs.gym_text import (
     make_frozenlake_tasks,
     make_gym_text_tasks,
 )
+from agentic_rl.envs.household import HouseholdEnv, make_household_tasks
+from agentic_rl.envs.household_knowledge import HouseholdKnowledgeEnv
 from agentic_rl.envs.math_tasks import make_math_tasks
 from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
+from agentic_rl.envs.memory.memagent import MemAgentEnv, make_long_qa_tasks
+from agentic_rl.envs.memory.memory_r1 import MemoryR1Env, make_dialogue_tasks
+from agentic_rl.envs.memory.rmm import RMMEnv, make_rmm_tasks
 from agentic_rl.envs.multihop import MultiHopQAEnv, make_multihop_tasks
 from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
 from agentic_rl.envs.sokoban import SokobanEnv, make_sokoban_tasks
+from agentic_rl.envs.visual import (
+    VisualGridEnv,
+    VisualQAEnv,
+    make_visual_grid_tasks,
+    make_visual_qa_tasks,
+)
 from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.envs.webshop import WebShopEnv, make_webshop_tasks
 from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
 from agentic_rl.types import Task
 
@@ -63,6 +79,8 @@ ENVS: dict[str, type] = {
     "calculator": CalculatorEnv,
     "search_qa": SearchQAEnv,
     "gridworld": GridWorldEnv,
+    "visual_qa": VisualQAEnv,
+    "visual_grid": VisualGridEnv,
     "multihop_qa": MultiHopQAEnv,
     "zerosearch_qa": ZeroSearchQAEnv,
     "web_qa": WebQAEnv,
@@ -76,11 +94,23 @@ ENVS: dict[str, type] = {
     "gym_text": GymTextEnv,
     "bandit": BanditEnv,
     "countdown": CountdownEnv,
+    "household": HouseholdEnv,
+    "household_knowledge": HouseholdKnowledgeEnv,
+    "webshop": WebShopEnv,
+    "miniwob": MiniWoBEnv,
+    "vln": NavigationEnv,
+    "manipulation": ManipulationEnv,
+    "blocksworld": BlocksworldEnv,
+    "memagent": MemAgentEnv,
+    "memory_r1": MemoryR1Env,
+    "rmm": RMMEnv,
 }
 TASKS: dict[str, Callable[..., list[Task]]] = {
     "calculator": make_calculator_tasks,
     "search_qa": make_search_qa_tasks,
     "gridworld": make_gridworld_tasks,
+    "visual_qa": make_visual_qa_tasks,
+    "visual_grid": make_visual_grid_tasks,
     "multihop_qa": make_multihop_tasks,
     "zerosearch_qa": make_multihop_tasks,
     "web_qa": make_multihop_tasks,
@@ -94,6 +124,16 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "gym_text": make_gym_text_tasks,
     "bandit": make_bandit_tasks,
     "countdown": make_countdown_tasks,
+    "household": make_household_tasks,
+    "household_knowledge": make_household_tasks,
+    "webshop": make_webshop_tasks,
+    "miniwob": make_miniwob_tasks,
+    "vln": make_vln_tasks,
+    "manipulation": make_manipulation_tasks,
+    "blocksworld": make_blocksworld_tasks,
+    "memagent": make_long_qa_tasks,
+    "memory_r1": make_dialogue_tasks,
+    "rmm": make_rmm_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")
