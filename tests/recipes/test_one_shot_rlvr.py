@@ -38,10 +38,10 @@ def test_smoke_trains_every_step_on_the_one_example(tmp_path, monkeypatch):
     calls = []
     real_rollout = rollout
 
-    def recording(setup, tasks, group_size, seed, step):
+    def recording(setup, tasks, group_size, seed, step, stats=None):
         stage = setup.cfg.trainer.run_name.split("/")[-1]
         calls.append((stage, len(setup.train_tasks), [t.task_id for t in tasks], group_size))
-        return real_rollout(setup, tasks, group_size, seed, step)
+        return real_rollout(setup, tasks, group_size, seed, step, stats)
 
     monkeypatch.setattr(collect, "rollout", recording)
     overrides = [*FAST, f"trainer.out_dir={tmp_path}", "env.num_eval_tasks=2"]

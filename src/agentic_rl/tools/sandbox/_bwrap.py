@@ -100,21 +100,24 @@ def bwrap_argv(
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     args += ["--ro-bind", "/etc", "/etc"]
-    made = {"/", "/usr", "/etc"}
+    disk = str(int(disk_mb) << 20)
+    # /tmp's tmpfs before Python's binds: a virtualenv that lives under /tmp (a clone there)
+    # is bound on top of the tmpfs instead of being hidden by it.
+    args += ["--perms", "1777", "--size", disk, "--tmpfs", "/tmp"]
+    made = {"/", "/usr", "/etc", "/tmp"}
     for source, dest in python_binds(tuple(ro_paths)):
         # bwrap makes missing parents with the caller's umask (0700 under umask 077, which
-        # the dropped uid could not traverse): make them 0755 explicitly.
+        # the dropped uid could not traverse): make them 0555 explicitly, readable and
+        # traversable but not writable (those under /tmp sit on its writable tmpfs).
         parts = dest.strip("/").split("/")
         for i in range(1, len(parts)):
             parent = "/" + "/".join(parts[:i])
             if parent not in made:
                 made.add(parent)
-                args += ["--perms", "0755", "--dir", parent]
+                args += ["--perms", "0555", "--dir", parent]
         args += ["--ro-bind", source, dest]
-    disk = str(int(disk_mb) << 20)
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
-    args += ["--perms", "1777", "--size", disk, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", disk, "--tmpfs", WORK_DIR]
     # /dev stays a read-only tmpfs (its device nodes still work): not a place to keep files.
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK_DIR]
