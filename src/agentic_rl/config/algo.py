@@ -1,7 +1,7 @@
 """Config sections of the algorithm: the advantage estimator and policy loss (`algo`), GiGPO's
 step-level advantage (`gigpo`) and the batch filters between rollout and advantages
-(`filters`). One dataclass per YAML section, a docstring per field; re-exported by
-`agentic_rl.config.load`, which assembles them into `Config`."""
+(`filters`). One dataclass per YAML section, a docstring per field;
+`agentic_rl.config.schema` assembles them into `Config`."""
 
 from __future__ import annotations
 

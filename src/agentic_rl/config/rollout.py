@@ -1,7 +1,7 @@
 """Config sections of the generation side: the policy model (`model`), the environment (`env`),
 how rollouts are sampled (`rollout`), the vLLM generator engine (`vllm`) and the Ray env /
-generator workers (`ray`). One dataclass per YAML section, a docstring per field; re-exported
-by `agentic_rl.config.load`, which assembles them into `Config`."""
+generator workers (`ray`). One dataclass per YAML section, a docstring per field;
+`agentic_rl.config.schema` assembles them into `Config`."""
 
 from __future__ import annotations
 

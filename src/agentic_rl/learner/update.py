@@ -3,7 +3,7 @@
 Kept apart from the training loop (train/loop.py) so the loop reads as the list of stages it is. Everything here
 works on token-aligned tensors: position t holds token t, its loss mask, its behaviour logprob
 log pi_old(x_t | x_<t) and its advantage. The first stage, trajectories -> `TrainBatch`, lives in
-batch.py; its names are re-exported from here.
+batch.py; callers import its names from there.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    with a small LaTeX converter). sympy can hang for good on inputs like 9^{9^{9^9}}, and a hung
    thread cannot be stopped, so the subprocess is killed at the timeout (the comparison counts
    as wrong) and a fresh one starts on the next call. A lock makes it thread-safe. The
-   subprocess half lives in `rewards/_math_verify.py`; its public names are re-exported here.
+   subprocess half lives in `rewards/_math_verify.py`; callers import its names from there.
 """
 
 from __future__ import annotations
