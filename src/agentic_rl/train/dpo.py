@@ -28,7 +28,7 @@ from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
-from agentic_rl.model.load import token_logprobs
+from agentic_rl.model.load import frozen_copy, token_logprobs
 from agentic_rl.train.sft import TrajectoryFormatError, record_to_trajectory
 from agentic_rl.types import Trajectory
 
@@ -148,11 +148,37 @@ def train_dpo(
     }
 
 
+def dpo_from_config(
+    cfg: Config,
+    policy: nn.Module,
+    pairs: list[Pair],
+    pad_token_id: int,
+    on_step: Callable[[int, int, float], None] | None = None,
+    nll_coef: float = 0.0,
+) -> dict[str, float]:
+    """`train_dpo` of `policy` against a frozen copy of itself with the recipe's `dpo` settings:
+    what `agentic-rl dpo`, UI-TARS's failure pairs and KnownSelf's DPO stage share."""
+    return train_dpo(
+        policy,
+        frozen_copy(policy),
+        pairs,
+        pad_token_id,
+        beta=cfg.dpo.beta,
+        lr=cfg.dpo.lr,
+        epochs=cfg.dpo.epochs,
+        batch_size=cfg.dpo.batch_size,
+        chunk_size=cfg.model.logprob_chunk_size,
+        seed=cfg.trainer.seed,
+        on_step=on_step,
+        nll_coef=nll_coef,
+    )
+
+
 def run_dpo(cfg: Config, pairs_path: str, out: Path) -> dict[str, Any]:
     """`agentic-rl dpo`: DPO of the recipe's model on a pairs file with the `dpo` settings;
     saves OUT/model and OUT/dpo_summary.json."""
     from agentic_rl.config.validate_engines import resolve_device
-    from agentic_rl.model.load import frozen_copy, load_policy
+    from agentic_rl.model.load import load_policy
 
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
     policy = policy.to(resolve_device(cfg))  # trainer.device
@@ -162,19 +188,7 @@ def run_dpo(cfg: Config, pairs_path: str, out: Path) -> dict[str, Any]:
         if step % 10 == 0 or step == total:
             print(f"  dpo step {step}/{total} loss={loss:.4f}", flush=True)
 
-    result = train_dpo(
-        policy,
-        frozen_copy(policy),
-        pairs,
-        tokenizer.pad_token_id,
-        beta=cfg.dpo.beta,
-        lr=cfg.dpo.lr,
-        epochs=cfg.dpo.epochs,
-        batch_size=cfg.dpo.batch_size,
-        chunk_size=cfg.model.logprob_chunk_size,
-        seed=cfg.trainer.seed,
-        on_step=on_step,
-    )
+    result = dpo_from_config(cfg, policy, pairs, tokenizer.pad_token_id, on_step=on_step)
     out.mkdir(parents=True, exist_ok=True)
     summary = {**result, "pairs": len(pairs), "model": str(save_model(policy, tokenizer, out))}
     (out / "dpo_summary.json").write_text(json.dumps(summary, indent=2))

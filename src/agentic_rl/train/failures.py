@@ -31,10 +31,9 @@ from agentic_rl.envs.base import Env
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.formats.chat import ChatFormat, TagFormat
 from agentic_rl.logging import RunLogger
-from agentic_rl.model.load import frozen_copy
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.train import collect
-from agentic_rl.train.dpo import train_dpo
+from agentic_rl.train.dpo import dpo_from_config
 from agentic_rl.train.setup import Setup
 from agentic_rl.types import Action, Task, Trajectory
 
@@ -185,17 +184,8 @@ def learn_from_failures(
     if out is not None:
         write_pairs(out / "failure_pairs.jsonl", pairs)
     if pairs:
-        result = train_dpo(
-            setup.policy,
-            frozen_copy(setup.policy),
-            [(p.chosen, p.rejected) for p in pairs],
-            setup.tokenizer.pad_token_id,
-            beta=cfg.dpo.beta,
-            lr=cfg.dpo.lr,
-            epochs=cfg.dpo.epochs,
-            batch_size=cfg.dpo.batch_size,
-            chunk_size=cfg.model.logprob_chunk_size,
-            seed=cfg.trainer.seed,
+        result = dpo_from_config(
+            cfg, setup.policy, [(p.chosen, p.rejected) for p in pairs], setup.tokenizer.pad_token_id
         )
         metrics.update(result)
     logger.log(0, metrics, prefix="failure_dpo")

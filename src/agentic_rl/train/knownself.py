@@ -45,18 +45,12 @@ from agentic_rl.envs.base import has_expert
 from agentic_rl.envs.discrete import parse_action, split_actions
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.formats.chat import TagFormat
-from agentic_rl.model.load import frozen_copy
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.loop import Actor, Episode, expert_actor, policy_actor
 from agentic_rl.train.collect import evaluate, play
-from agentic_rl.train.dpo import train_dpo
+from agentic_rl.train.dpo import dpo_from_config
 from agentic_rl.train.setup import Setup, build, run_dir
-from agentic_rl.train.sft import (
-    load_trajectories,
-    save_trajectories,
-    sft_precision,
-    train_sft,
-)
+from agentic_rl.train.sft import load_trajectories, save_trajectories, warm_start_sft
 from agentic_rl.types import Action, Completion, SamplingParams, Task, Trajectory
 
 FAST, SLOW, KNOWLEDGEABLE = "fast", "slow", "knowledgeable"
@@ -192,19 +186,7 @@ def build_pairs(
 
 def supervised(setup: Setup, trajectories: list[Trajectory]) -> dict[str, float]:
     """SFT of the policy on `trajectories` with the warm_start settings."""
-    cfg = setup.cfg
-    result = train_sft(
-        setup.policy,
-        trajectories,
-        setup.tokenizer.pad_token_id,
-        epochs=cfg.warm_start.epochs,
-        lr=cfg.warm_start.lr,
-        batch_size=cfg.warm_start.batch_size,
-        chunk_size=cfg.model.logprob_chunk_size,
-        seed=cfg.trainer.seed,
-        micro_batch_size=cfg.optim.micro_batch_size,
-        mixed_precision=sft_precision(cfg),
-    )
+    result = warm_start_sft(setup.cfg, setup.policy, trajectories, setup.tokenizer.pad_token_id)
     sync_weights(setup.generator, setup.policy)
     return result
 
@@ -319,18 +301,8 @@ def _pairs_and_dpo(
     record("pairs", pairs=len(pairs), played=len(pair_tasks), dpo={})
     if not pairs:
         return
-    dpo = train_dpo(
-        setup.policy,
-        frozen_copy(setup.policy),
-        pairs,
-        setup.tokenizer.pad_token_id,
-        beta=cfg.dpo.beta,
-        lr=cfg.dpo.lr,
-        epochs=cfg.dpo.epochs,
-        batch_size=cfg.dpo.batch_size,
-        chunk_size=cfg.model.logprob_chunk_size,
-        seed=cfg.trainer.seed,
-        nll_coef=k.nll_coef,
+    dpo = dpo_from_config(
+        cfg, setup.policy, pairs, setup.tokenizer.pad_token_id, nll_coef=k.nll_coef
     )
     sync_weights(setup.generator, setup.policy)
     evals["dpo"] = evaluate(setup)

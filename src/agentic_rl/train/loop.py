@@ -59,7 +59,7 @@ from agentic_rl.train.setup import (
     set_learning_rate,
     start_from_policy,
 )
-from agentic_rl.train.sft import sft_precision, train_sft
+from agentic_rl.train.sft import warm_start_sft
 from agentic_rl.train.summary import advantage_metrics, print_table, run_summary, summarize
 from agentic_rl.train.trajectory_log import StepTrajectories, TrajectoryLog
 
@@ -77,19 +77,7 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
         if step % 10 == 0 or step == total:
             print(f"  warm start step {step}/{total} loss={loss:.3f}", flush=True)
 
-    result = train_sft(
-        setup.policy,
-        demos,
-        setup.tokenizer.pad_token_id,
-        epochs=cfg.warm_start.epochs,
-        lr=cfg.warm_start.lr,
-        batch_size=cfg.warm_start.batch_size,
-        chunk_size=cfg.model.logprob_chunk_size,
-        seed=cfg.trainer.seed,
-        on_step=on_step,
-        micro_batch_size=cfg.optim.micro_batch_size,
-        mixed_precision=sft_precision(cfg),
-    )
+    result = warm_start_sft(cfg, setup.policy, demos, setup.tokenizer.pad_token_id, on_step)
     logger.log(0, {**result, "episodes": float(num_episodes)}, prefix="warm_start")
     return result
 

@@ -121,6 +121,31 @@ class TrajectoryFormatError(ValueError):
     """A trajectory file line is malformed; the message names the line."""
 
 
+def warm_start_sft(
+    cfg: Config,
+    model: nn.Module,
+    trajectories: list[Trajectory],
+    pad_token_id: int,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> dict[str, float]:
+    """`train_sft` with the recipe's `warm_start` settings (epochs, lr, batch size), its
+    micro-batch, log-prob chunk, seed and precision: the one supervised step that the RL warm
+    start, `agentic-rl sft` and KnownSelf's SFT stage share."""
+    return train_sft(
+        model,
+        trajectories,
+        pad_token_id,
+        epochs=cfg.warm_start.epochs,
+        lr=cfg.warm_start.lr,
+        batch_size=cfg.warm_start.batch_size,
+        chunk_size=cfg.model.logprob_chunk_size,
+        seed=cfg.trainer.seed,
+        on_step=on_step,
+        micro_batch_size=cfg.optim.micro_batch_size,
+        mixed_precision=sft_precision(cfg),
+    )
+
+
 def _template_ids(tokenizer: Any, messages: list[dict[str, str]], generation: bool) -> list[int]:
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=generation, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
@@ -221,18 +246,7 @@ def run_sft(cfg: Config, data: str | None, out: Path, save_data: str | None = No
         raise ConfigError("sft: give --data or set warm_start.num_tasks > 0 for expert episodes")
     if save_data:
         save_trajectories(save_data, trajectories)
-    result = train_sft(
-        setup.policy,
-        trajectories,
-        setup.tokenizer.pad_token_id,
-        epochs=cfg.warm_start.epochs,
-        lr=cfg.warm_start.lr,
-        batch_size=cfg.warm_start.batch_size,
-        chunk_size=cfg.model.logprob_chunk_size,
-        seed=cfg.trainer.seed,
-        micro_batch_size=cfg.optim.micro_batch_size,
-        mixed_precision=sft_precision(cfg),
-    )
+    result = warm_start_sft(cfg, setup.policy, trajectories, setup.tokenizer.pad_token_id)
     out.mkdir(parents=True, exist_ok=True)
     summary = {
         **result,
