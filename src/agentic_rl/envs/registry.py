@@ -68,6 +68,8 @@ from agentic_rl.envs.visual import (
     make_visual_grid_tasks,
     make_visual_qa_tasks,
 )
+from agentic_rl.envs.visual_reasoning import VisualReasoningEnv, make_visual_reasoning_tasks
+from agentic_rl.envs.visual_tools import VisualToolsEnv, make_visual_tool_tasks
 from agentic_rl.envs.web_qa import WebQAEnv
 from agentic_rl.envs.webshop import WebShopEnv, make_webshop_tasks
 from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
@@ -81,6 +83,8 @@ ENVS: dict[str, type] = {
     "gridworld": GridWorldEnv,
     "visual_qa": VisualQAEnv,
     "visual_grid": VisualGridEnv,
+    "visual_tools": VisualToolsEnv,
+    "visual_reasoning": VisualReasoningEnv,
     "multihop_qa": MultiHopQAEnv,
     "zerosearch_qa": ZeroSearchQAEnv,
     "web_qa": WebQAEnv,
@@ -111,6 +115,8 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "gridworld": make_gridworld_tasks,
     "visual_qa": make_visual_qa_tasks,
     "visual_grid": make_visual_grid_tasks,
+    "visual_tools": make_visual_tool_tasks,
+    "visual_reasoning": make_visual_reasoning_tasks,
     "multihop_qa": make_multihop_tasks,
     "zerosearch_qa": make_multihop_tasks,
     "web_qa": make_multihop_tasks,

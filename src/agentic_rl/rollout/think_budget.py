@@ -151,7 +151,12 @@ def budget_actor(
                 for i in live
             ]
             prompts = [episodes[i].token_ids + turns[i].ids for i in live]
-            for i, out in zip(live, generator.generate(prompts, params), strict=True):
+            if any(episodes[i].images for i in live):  # a vision-language policy (Vision-R1)
+                images = [episodes[i].images for i in live]
+                outs = generator.generate(prompts, params, images=images)
+            else:
+                outs = generator.generate(prompts, params)
+            for i, out in zip(live, outs, strict=True):
                 _advance(turns[i], out, fmt, tokenizer, budget, stop_ids)
             call += 1
         return [
