@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
 			|| echo "could not install bubblewrap: the sandbox falls back to root's own namespaces"; \
 	fi
+	# libGL and GLib: OpenCV's shared libraries, which RapidOCR (the OCR tool of recipe
+	# openthinkimg, extra visual-tools) imports; installed here when root on Debian/Ubuntu.
+	@if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && ! $(BIN)/python -c "import cv2" 2>/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgl1 libglib2.0-0) \
+			|| echo "could not install libgl1: the OCR tool tests will fail to import cv2"; \
+	fi
 	touch $(STAMP)
 
 train: $(STAMP)
