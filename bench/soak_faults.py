@@ -180,6 +180,9 @@ def main() -> None:
     parser.add_argument("--kill-after-steps", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--kill-delay", type=float, default=8.0)
     parser.add_argument("--out", default=str(ROOT / "bench/results/soak_faults.json"))
+    parser.add_argument(
+        "--keep", type=Path, help="keep the two runs (metrics, trajectories, logs) in this folder"
+    )
     args = parser.parse_args()
 
     from agentic_rl.envs.multihop import build_multihop_corpus
@@ -188,7 +191,8 @@ def main() -> None:
     from agentic_rl.retrieval.server import bind_socket
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        work = Path(tmp)
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         write_corpus(work / "corpus.jsonl", build_multihop_corpus())
         build_index(work / "corpus.jsonl", "bm25", work / "index")
         sock = bind_socket()
@@ -215,7 +219,7 @@ def main() -> None:
     worst = max(diffs.values(), default=0.0)
     final = {k: v for (s, k), v in a.items() if s == max(s for s, _ in a) and "eval" in k}
     result = {
-        "args": vars(args),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "wall_s": {"undisturbed": round(wall_a), "disturbed": round(wall_b)},
         "faults": faults,
         "episodes_replayed": replays,
