@@ -51,21 +51,21 @@ MECHANISM: dict[str, list[str]] = {
     "qwen3_thinking": ["response_tokens"],
     "dapo_math": ["clip_frac", "gen_batches", "nonzero_adv_fraction"],
     "gigpo_gridworld": ["step_adv_nonzero", "shared_step_groups"],
-    "search_r1": ["tool_calls", "value_loss"],
-    "stepsearch": ["tool_calls"],
-    "asearcher": ["tool_calls", "turns"],
-    "deepresearcher": ["tool_calls"],
-    "r1_searcher": ["tool_calls"],
-    "research": ["tool_calls"],
-    "zerosearch": ["tool_calls"],
-    "retool": ["tool_calls"],
-    "rstar2_agent": ["tool_calls", "tool_errors"],
-    "artist": ["tool_calls"],
+    "search_r1": ["tool_calls_per_episode", "value_loss"],
+    "stepsearch": ["tool_calls_per_episode"],
+    "asearcher": ["tool_calls_per_episode", "turns"],
+    "deepresearcher": ["tool_calls_per_episode"],
+    "r1_searcher": ["tool_calls_per_episode"],
+    "research": ["tool_calls_per_episode"],
+    "zerosearch": ["tool_calls_per_episode"],
+    "retool": ["tool_calls_per_episode"],
+    "rstar2_agent": ["tool_calls_per_episode", "tool_errors"],
+    "artist": ["tool_calls_per_episode"],
     "code_tests": ["success"],
     "swe_rl": ["reward"],
     "one_shot_rlvr": ["success"],
 }
-ALWAYS = ["reward", "success", "tool_calls", "response_tokens", "step_seconds"]
+ALWAYS = ["reward", "success", "tool_calls_per_episode", "response_tokens", "step_seconds"]
 
 
 def recipes() -> list[str]:
@@ -164,6 +164,8 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, out_dir: Path) -> 
         "seed": seed,
         "summary": summary,
         "mechanism": {k: steps[k] for k in wanted if k in steps},
+        # a mechanism metric the run never logged (misnamed here, or the mechanism never acted)
+        "mechanism_missing": [k for k in MECHANISM.get(recipe, []) if k not in steps],
         "step_metrics": steps,
         "rl_steps": len(records),
         "wall_seconds": round(wall, 1),
