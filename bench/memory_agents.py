@@ -132,6 +132,11 @@ def memagent(args: argparse.Namespace) -> dict[str, Any]:
             if time.perf_counter() > deadline:
                 rows.append({"length": length, "reader": reader, "fits": False, "why": "time"})
                 continue
+            full = next((r for r in rows if r["length"] == length and r["reader"] == "full"), None)
+            if reader == "truncate" and full is not None and full["fits"]:
+                # the whole document fits: truncation keeps all of it, the same prompt as "full"
+                rows.append({**full, "reader": reader, "same_as": "full"})
+                continue
             batch = args.tasks if reader == "memagent" else args.full_batch
             row = read(setup, tasks, reader, options, batch)
             row["length"] = length
@@ -163,13 +168,16 @@ def memory_r1(args: argparse.Namespace) -> dict[str, Any]:
     from agentic_rl.model.load import load_tokenizer
     from agentic_rl.rollout.loop import expert_actor
 
-    tasks = make_dialogue_tasks("eval", args.tasks, seed=args.seed)
+    tasks = make_dialogue_tasks(
+        "eval", args.tasks, seed=args.seed, sessions=args.sessions, changes_per_session=2
+    )
     fmt = TagFormat([])
     rollout = RolloutConfig(max_tokens_per_turn=40, max_turns=16)
     managers: dict[str, Any] = {}
     tokenizer = None
     if args.model != "none":
-        cfg = load_config("memory_r1", [f"model.name={args.model}", *args.override])
+        options = f"env.options.sessions={args.sessions}"
+        cfg = load_config("memory_r1", [f"model.name={args.model}", options, *args.override])
         setup = build(cfg)
         tokenizer = setup.tokenizer
         managers["model"] = policy_actor(
@@ -180,7 +188,7 @@ def memory_r1(args: argparse.Namespace) -> dict[str, Any]:
 
         tokenizer = load_tokenizer(ModelConfig())
     managers = {"append_everything": None, "scripted": expert_actor(fmt, tokenizer), **managers}
-    out: dict[str, Any] = {"tasks": len(tasks), "model": args.model}
+    out: dict[str, Any] = {"tasks": len(tasks), "sessions": args.sessions, "model": args.model}
     for name, act in managers.items():
         envs = [MemoryR1Env(append_only=act is None) for _ in tasks]
         start = time.perf_counter()
@@ -205,6 +213,53 @@ def memory_r1(args: argparse.Namespace) -> dict[str, Any]:
             "wall_s": time.perf_counter() - start,
         }
         print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def warm_start_profile(args: argparse.Namespace) -> dict[str, Any]:
+    """Where Memory-R1's warm start spends its time: the scripted manager's demos (no
+    generation: one conversation per fact), their token counts, and the seconds per SFT step
+    (batch 8, one micro-batch) in float32 / bf16 compute, each with and without running the
+    instructions all rows share once (model.share_prefix in the warm start)."""
+    import copy
+
+    from agentic_rl.train.collect import expert_demos
+    from agentic_rl.train.sft import train_sft
+
+    overrides = [f"model.name={args.model}", f"env.options.sessions={args.sessions}"]
+    cfg = load_config("memory_r1", [*overrides, "trainer.progress=false", *args.override])
+    torch.set_num_threads(args.threads)
+    setup = build(cfg)
+    start = time.perf_counter()
+    demos, episodes = expert_demos(setup, args.tasks)
+    lengths = [len(t.token_ids) for t in demos]
+    trained = [sum(t.loss_mask) for t in demos]
+    out: dict[str, Any] = {
+        "dialogues": episodes,
+        "sessions": args.sessions,
+        "demos": len(demos),
+        "demo_seconds": time.perf_counter() - start,
+        "tokens_per_demo": _mean(lengths),
+        "trained_tokens_per_demo": _mean(trained),
+        "steps": [],
+    }
+    batch = demos[: 8 * args.passes]
+    pad = setup.tokenizer.pad_token_id
+    for precision in ("no", "bf16"):
+        for share in (False, True):
+            model = copy.deepcopy(setup.policy)
+            start = time.perf_counter()
+            train_sft(
+                model, batch, pad, batch_size=8, mixed_precision=precision, share_prefix=share
+            )
+            row = {
+                "precision": precision,
+                "share_prefix": share,
+                "s_per_step": (time.perf_counter() - start) / args.passes,
+            }
+            out["steps"].append(row)
+            print(json.dumps(row), flush=True)
+    print(json.dumps({k: v for k, v in out.items() if k != "steps"}), flush=True)
     return out
 
 
@@ -244,8 +299,9 @@ def table(result: dict[str, Any]) -> str:
             if not r["fits"]:
                 lines.append(f"| {r['length']} | {r['reader']} | does not fit | - | - |")
                 continue
+            reader = f"{r['reader']} (= {r['same_as']})" if r.get("same_as") else r["reader"]
             lines.append(
-                f"| {r['length']} | {r['reader']} | {r['accuracy']:.2f} | "
+                f"| {r['length']} | {reader} | {r['accuracy']:.2f} | "
                 f"{r['tokens_processed']:.0f} | {r['wall_s_per_episode']:.1f} |"
             )
     if "timing" in result:
@@ -262,7 +318,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("system", choices=["memagent", "memory_r1", "rmm"])
+    parser.add_argument("system", choices=["memagent", "memory_r1", "rmm", "warm_start"])
     parser.add_argument("--model", default="smollm2-135m", help="'scripted': no model")
     parser.add_argument("--lengths", type=int, nargs="*", default=[512, 1024, 2048, 4096, 8192])
     parser.add_argument("--readers", nargs="+", default=["memagent", "full", "truncate"])
@@ -274,21 +330,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-minutes", type=float, default=11.0, help="memagent wall budget")
+    parser.add_argument("--sessions", type=int, default=3, help="memory_r1: dialogue sessions")
     parser.add_argument("--people", type=int, default=60, help="rmm: people in the bank")
-    parser.add_argument("--passes", type=int, default=3, help="rmm: online passes")
+    parser.add_argument(
+        "--passes", type=int, default=3, help="rmm: online passes; warm_start: steps"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, small lengths")
     parser.add_argument("--tag", default="", help="key of this run in the results file")
     parser.add_argument("override", nargs="*", help="dotted recipe overrides")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may follow the options
     if args.smoke:
         args.model, args.tasks, args.people, args.passes = "tiny", 2, 20, 1
         args.lengths, args.timing = [256, 512], [256] if args.timing else []
-    result = {"memagent": memagent, "memory_r1": memory_r1, "rmm": rmm}[args.system](args)
+    systems = {"memagent": memagent, "memory_r1": memory_r1, "rmm": rmm}
+    result = {**systems, "warm_start": warm_start_profile}[args.system](args)
     if args.system == "memagent":
         print(table(result))
     if args.smoke:
         return
-    path = RESULTS / f"memory_{args.system}.json"
+    name = "memory_r1" if args.system == "warm_start" else args.system
+    path = RESULTS / f"memory_{name}.json"
     merged = json.loads(path.read_text()) if path.exists() else {}
     key = args.tag or "result"
     merged[key] = result

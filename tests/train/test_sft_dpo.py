@@ -9,6 +9,7 @@ import torch
 
 from agentic_rl.cli import main
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model import prefix_sharing
 from agentic_rl.model.load import frozen_copy, load_policy, token_logprobs
 from agentic_rl.train import sft
 from agentic_rl.train.dpo import load_pairs, pair_logps, train_dpo
@@ -76,6 +77,36 @@ def test_sft_micro_batches_give_the_batch_gradient(tiny, monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
         moved |= not torch.equal(a, p)
     assert moved
+
+
+def test_sft_shared_prefix_gives_the_plain_step(tiny, monkeypatch):
+    """Demos that start with the same instructions (one conversation per fact, Memory-R1's
+    warm start): running the common prefix once lands on the same weights as the plain pass."""
+    monkeypatch.setattr(sft, "adamw", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    g = torch.Generator().manual_seed(1)
+    prefix = torch.randint(10, 1000, (20,), generator=g).tolist()
+    trajs = []
+    for n in (5, 8, 11):
+        ids = prefix + torch.randint(10, 1000, (n,), generator=g).tolist()
+        mask = [0] * (len(prefix) + 2) + [1] * (n - 2)
+        trajs.append(Trajectory(ids, mask, [0.0] * len(ids), prompt_length=len(prefix) + 2))
+    forms: list[str] = []
+    choose = prefix_sharing.choose_form
+    monkeypatch.setattr(
+        prefix_sharing,
+        "choose_form",
+        lambda *a, **k: (lambda out: forms.append(out[0]) or out)(choose(*a, **k)),
+    )
+    models, losses = [], []
+    for share in (False, True):
+        model = copy.deepcopy(tiny)
+        out = train_sft(model, trajs, 0, lr=1.0, batch_size=3, share_prefix=share)
+        models.append(model)
+        losses.append(out["last_loss"])
+    assert forms and "plain" not in forms  # the prefix did run once
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_messages_are_tokenised_with_only_assistant_turns_trained(tokenizer):

@@ -52,6 +52,7 @@ def train_sft(
     on_step: Callable[[int, int, float], None] | None = None,
     micro_batch_size: int = 0,
     mixed_precision: str = "no",
+    share_prefix: bool = False,
 ) -> dict[str, float]:
     """Fine-tune `model` on the agent tokens of `trajectories` with AdamW (constant lr).
 
@@ -61,6 +62,10 @@ def train_sft(
     `mixed_precision="bf16"` runs forward and backward under bfloat16 autocast (float32 weights
     and optimizer state), as the single-process RL update does with learner.mixed_precision.
     `on_step(step, total_steps, loss)` is called after each optimiser step (progress display).
+    `share_prefix` (model.share_prefix) runs a micro-batch's common leading tokens once
+    (model/prefix_sharing.py; same numbers up to float rounding): demos of conversation envs
+    (one conversation per fact or section) all start with the same instructions, often more
+    tokens than the trained reply.
     Returns the first and last batch losses."""
     if not trajectories:
         raise ValueError("no trajectories to train on")
@@ -88,6 +93,7 @@ def train_sft(
                         batch.attention_mask,
                         chunk_size,
                         positions=batch.loss_mask > 0,
+                        share_prefix=share_prefix,
                         model_inputs=vision_inputs(model, batch.images, device, batch.input_ids),
                     )
                 loss = sft_loss(logprobs.float(), batch.loss_mask) * (
@@ -143,6 +149,7 @@ def warm_start_sft(
         on_step=on_step,
         micro_batch_size=cfg.optim.micro_batch_size,
         mixed_precision=sft_precision(cfg),
+        share_prefix=cfg.model.share_prefix and cfg.learner.strategy == "single",
     )
 
 
