@@ -31,6 +31,8 @@ from agentic_rl.train.stages import stage_configs, train_recipe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEYS = ("success", "reward", "invalid_actions_per_episode", "tool_calls_per_episode")
+# per-step training metrics kept where the run logs them (PPO: the critic; wall time per step)
+TRAIN_EXTRA = ("value_loss", "clip_frac", "step_seconds", "rollout_seconds")
 
 
 def stage_evals(summary: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "evals": evals,
         "train": [
             {"step": r["step"], "reward": r["train/reward"], "success": r["train/success"]}
+            | {k: r[f"train/{k}"] for k in TRAIN_EXTRA if f"train/{k}" in r}
             for r in rows
         ],
         "date": time.strftime("%Y-%m-%d"),

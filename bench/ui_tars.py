@@ -23,15 +23,16 @@ from agentic_rl.train.stages import stage_configs, train_recipe
 OUT = Path(__file__).parent / "results" / "ui_tars.json"
 
 
-def per_task_success(run: Path) -> dict[str, float]:
-    """Success per MiniWoB++ task of the run's last greedy evaluation (trajectories file)."""
+def per_task_success(run: Path, split: str = "eval") -> dict[str, float]:
+    """Success per MiniWoB++ task of the run's last greedy evaluation of `split` ("eval": the
+    stage's final one; "eval_before": the untrained model's) from its trajectories file."""
     import gzip
 
     rows = []
     with gzip.open(run / "trajectories.jsonl.gz", "rt") as f:
         for line in f:
             record = json.loads(line)
-            if str(record.get("split", "")).startswith("eval"):
+            if record.get("split") == split:
                 rows.append(record)
     if not rows:
         return {}
@@ -45,7 +46,17 @@ def per_task_success(run: Path) -> dict[str, float]:
 
 
 def main(overrides: list[str]) -> None:
-    cfg = load_config("ui_tars", ["trainer.out_dir=runs/bench_ui_tars", *overrides])
+    out_dir = Path("runs/bench_ui_tars")
+    reuse = "--reuse-stages" in overrides  # rerun only the stages whose directory was removed
+    overrides = [o for o in overrides if o != "--reuse-stages"]
+    if (out_dir / "ui_tars").exists() and not reuse:  # finished stages would be skipped
+        raise SystemExit(
+            f"{out_dir / 'ui_tars'} exists: remove it for a fresh measurement, or pass "
+            "--reuse-stages to keep its finished stages (their summaries are read back)"
+        )
+    if reuse:  # the pipeline summary would say every stage is done
+        (out_dir / "ui_tars" / "summary.json").unlink(missing_ok=True)
+    cfg = load_config("ui_tars", [f"trainer.out_dir={out_dir}", *overrides])
     t0 = time.time()
     summary = train_recipe(cfg)
     stages = stage_configs(cfg)
@@ -58,6 +69,16 @@ def main(overrides: list[str]) -> None:
         "reward": {},
         "stages": {},
     }
+    first = summary["stages"][Path(stages[0].trainer.run_name).name]
+    if "before" in first:  # the untrained model (the first stage's trainer.eval_before)
+        result["success"]["before"] = first["before"]["success"]
+        result["reward"]["before"] = first["before"]["reward"]
+        result["stages"]["before"] = {"eval": first["before"]}
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            first_run = Path(stages[0].trainer.out_dir) / stages[0].trainer.run_name
+            result["stages"]["before"]["success_per_task"] = per_task_success(
+                first_run, "eval_before"
+            )
     for stage in stages:
         name = Path(stage.trainer.run_name).name
         run = Path(stage.trainer.out_dir) / stage.trainer.run_name

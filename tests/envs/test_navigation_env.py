@@ -83,7 +83,33 @@ def test_a_chunk_of_six_runs_in_order_with_the_decayed_reward(tasks):
     ran = wrong[: wrong.index(STOP) + 1] if STOP in wrong else wrong  # a stop ends the chunk
     assert env.executed == ran
     assert result.info["tdr"] == pytest.approx(time_decay_reward(wrong, expert, 0.5))
-    assert result.reward == pytest.approx(result.info["tdr"])
+    # episode_reward "mean": the first turn's reward is its TDR as a share of the expert's
+    best = time_decay_reward(expert, expert, 0.5)
+    assert result.reward == pytest.approx(result.info["tdr"] / best)
+    assert result.info["chunk_score"] == pytest.approx(result.info["tdr"] / best)
+    summed = NavigationEnv(decay=0.5, episode_reward="sum")  # the raw TDR
+    summed.reset(task, 0)
+    assert summed.step(act(names)).reward == pytest.approx(result.info["tdr"])
+
+
+def test_mean_episode_reward_is_the_running_mean_of_chunk_scores(tasks):
+    # hand-computed: a path of > 6 actions; turn 1 = the expert's chunk (score 1), turn 2 an
+    # invalid turn (score 0, -0.1 format penalty), turn 3 = the expert's chunk again
+    task = next(t for t in tasks if len(t.answers[0].split()) > 6)
+    env = NavigationEnv(success_reward=1.0)
+    env.reset(task, 0)
+    first = env.step(act(env.expert_turn().split("<action>")[1].split("</action>")[0]))
+    assert first.reward == pytest.approx(1.0)  # mean 1
+    second = env.step(act("fly away"))
+    assert second.reward == pytest.approx(0.5 - 1.0 - 0.1)  # mean 1 -> 1/2, penalty
+    rest = env.expert_actions()[:6]
+    third = env.step(act(" || ".join(ACTIONS[a] for a in rest)))
+    if third.terminated:  # the expert stops on the goal: + success_reward
+        assert third.reward == pytest.approx(2 / 3 - 0.5 + 1.0)
+    else:
+        assert third.reward == pytest.approx(2 / 3 - 0.5)
+    with pytest.raises(ValueError, match="episode_reward"):
+        NavigationEnv(episode_reward="max")
 
 
 def test_extra_actions_are_dropped_with_the_format_penalty(tasks):
@@ -91,9 +117,9 @@ def test_extra_actions_are_dropped_with_the_format_penalty(tasks):
     env.reset(tasks[1], 0)
     result = env.step(act(" || ".join(["turn-left"] * 8)))
     assert result.info["actions"] == 6 and result.info["invalid_action"] == 1
-    assert result.reward == pytest.approx(
-        time_decay_reward([LEFT] * 6, env_expert(tasks[1]), 0.8) - 0.1
-    )
+    expert = env_expert(tasks[1])
+    share = time_decay_reward([LEFT] * 6, expert, 0.8) / time_decay_reward(expert, expert, 0.8)
+    assert result.reward == pytest.approx(share - 0.1)
 
 
 def env_expert(task):

@@ -35,3 +35,20 @@ def time_decay_reward(
     1 + 0 + 0.25 = 1.25."""
     weights = decay_weights(min(len(predicted), len(expert)), gamma)
     return float(sum(w for w, a, b in zip(weights, predicted, expert, strict=False) if a == b))
+
+
+def normalized_time_decay_reward(
+    predicted: Sequence[Hashable], expert: Sequence[Hashable], gamma: float
+) -> float:
+    """The chunk's TDR as a share of the most it can earn, TDR(predicted, expert) /
+    TDR(expert, expert), in [0, 1]; 0 for an empty expert chunk.
+
+    Missing predictions (a chunk shorter than the expert's) count as mismatches. On one state
+    (VLN-R1's training sample) this is the TDR divided by a constant of the state, so GRPO's
+    group-normalised advantages are unchanged; across the chunks of an episode it makes every
+    chunk weigh the same, whatever the length of the expert's remaining path (navigation.py
+    averages it over the episode's chunks). Example: predicted (F, F, L), expert (F, R, L),
+    gamma 0.5 -> 1.25 / 1.75 = 0.714...; predicted (stop,), expert (F, F, stop), gamma 0.5 ->
+    0 / 1.75 = 0."""
+    best = time_decay_reward(expert, expert, gamma)
+    return time_decay_reward(predicted, expert, gamma) / best if best > 0 else 0.0

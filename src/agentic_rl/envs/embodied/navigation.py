@@ -16,10 +16,24 @@ door to a named room, a landmark) and the first landmark in view straight ahead.
 
 A turn is `<action>forward || forward || turn-left || forward || forward || stop</action>`:
 VLN-R1's chunk of the next `chunk_size` = 6 actions, executed in order (envs/discrete.py; extra
-ones are dropped with the format penalty, a `stop` ends the chunk). The turn's reward is VLN-R1's
-time-decayed reward (rewards/time_decay.py) of the chunk against the expert's next actions from
-the state the chunk started in: R = sum_j gamma^j 1[a_j == a*_j]. `success_reward` (0, as in
-VLN-R1) is added when the agent stops on the goal.
+ones are dropped with the format penalty, a `stop` ends the chunk). Each chunk is scored with
+VLN-R1's time-decayed reward (rewards/time_decay.py) against the expert's next actions from the
+state the chunk started in: TDR = sum_j gamma^j 1[a_j == a*_j].
+
+VLN-R1 trains on single chunks (one state -> the next 6 actions, reward = that chunk's TDR), so
+its reward has no notion of episode length. Played as whole episodes, the sum of the chunks'
+TDRs does: a chunk next to the goal earns at most 1 (the expert's next action is `stop`) while
+every further chunk of walking on earns up to 3.69 against the re-planned path, so GRPO learned
+to walk on instead of stopping (bench/README.md). `episode_reward` says how the chunks add up:
+- "mean" (default): the episode's reward is the mean over its turns of the chunk's TDR as a
+  share of the expert's own (normalized_time_decay_reward, in [0, 1]; a turn with no valid
+  action scores 0), plus `success_reward` when the agent stops on the goal. On one chunk this
+  is VLN-R1's TDR up to a constant factor of the state (same GRPO advantages); over an episode
+  no number of chunks earns more than the expert's 1 + success_reward, and a rollout that never
+  stops on the goal earns at most 1. The turn rewards are the increments of the running mean,
+  so they sum to it.
+- "sum": every chunk's raw TDR added up, `success_reward` on success (the ablation that shows
+  the length incentive).
 
 The scripted expert (`expert_turn`) is the shortest path (breadth-first search over cell and
 heading, ties broken forward < turn-left < turn-right) from the current state, then `stop`; its
@@ -37,7 +51,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv, parse_action, split_actions
-from agentic_rl.rewards.time_decay import time_decay_reward
+from agentic_rl.rewards.time_decay import normalized_time_decay_reward, time_decay_reward
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
@@ -49,6 +63,7 @@ FORWARD, LEFT, RIGHT, STOP = range(4)
 HEADINGS = ("north", "east", "south", "west")
 DELTAS: tuple[Cell, ...] = ((-1, 0), (0, 1), (1, 0), (0, -1))
 CHUNK_SIZE = 6  # VLN-R1 predicts the next 6 actions (ablation: 6 > 8 > 4 > 1)
+EPISODE_REWARDS = ("mean", "sum")  # how the chunks' TDRs add up over an episode (module doc)
 ROOMS: dict[str, tuple[str, ...]] = {
     "kitchen": ("fridge", "stove", "sink"),
     "bedroom": ("bed", "wardrobe", "nightstand"),
@@ -333,15 +348,22 @@ class NavigationEnv(DiscreteActionEnv):
         chunk_size: int = CHUNK_SIZE,
         max_steps: int = 24,
         decay: float = 0.8,
-        success_reward: float = 0.0,
+        success_reward: float = 1.0,
+        episode_reward: str = "mean",
         format_penalty: float = 0.1,
     ) -> None:
         super().__init__(ACTIONS, chunk_size, max_steps, format_penalty)
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
+        if episode_reward not in EPISODE_REWARDS:
+            raise ValueError(
+                f"episode_reward must be one of {EPISODE_REWARDS}, got {episode_reward!r}"
+            )
         self.chunk_size = chunk_size
         self.decay = decay
         self.success_reward = success_reward
+        self.episode_reward = episode_reward
+        self.chunk_scores: list[float] = []  # "mean": each turn's normalised TDR, in order
         self.house: HouseMap | None = None
         self.pose: Pose = (0, 0, 0)
         self.goal: Cell = (0, 0)
@@ -358,6 +380,7 @@ class NavigationEnv(DiscreteActionEnv):
         self.goal = tuple(task.fields["goal"])  # type: ignore[assignment]
         self.stopped = False
         self.executed = []
+        self.chunk_scores = []
 
     def reset(self, task: Task, seed: int) -> Observation:
         first = super().reset(task, seed)
@@ -410,16 +433,24 @@ class NavigationEnv(DiscreteActionEnv):
 
     def step(self, action: Action) -> StepResult:
         """envs/discrete.py's step (parse, execute in order, penalties), plus the chunk's
-        time-decayed reward against the expert's next actions from the pre-chunk state."""
+        time-decayed reward against the expert's next actions from the pre-chunk state, added
+        up over the episode as `episode_reward` says (module doc)."""
         expert = self.expert_actions()[: self.chunk_size] if self.house is not None else []
         before = len(self.executed)
         result = super().step(action)
         predicted = self._predicted(action)
+        tdr = time_decay_reward(predicted, expert, self.decay)
         if predicted:
-            tdr = time_decay_reward(predicted, expert, self.decay)
-            result.reward += tdr
             result.info["tdr"] = tdr
             result.info["chunk_actions"] = len(self.executed) - before
+        if self.episode_reward == "sum":
+            result.reward += tdr
+            return result
+        previous = sum(self.chunk_scores) / len(self.chunk_scores) if self.chunk_scores else 0.0
+        score = normalized_time_decay_reward(predicted, expert, self.decay)
+        self.chunk_scores.append(score)
+        result.reward += sum(self.chunk_scores) / len(self.chunk_scores) - previous
+        result.info["chunk_score"] = score
         return result
 
     def _predicted(self, action: Action) -> list[int]:
