@@ -19,7 +19,7 @@ run plays, a resumed run reproduces the uninterrupted one), so every per-step tr
 the final held-out evaluation must match the undisturbed run exactly; the script reports
 the largest difference, the faults injected and the replays counted.
 
-    /tmp/tools/bench_slot.sh .venv/bin/python bench/soak_faults.py
+    .venv/bin/python bench/soak_faults.py
 """
 
 from __future__ import annotations
