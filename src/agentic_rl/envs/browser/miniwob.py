@@ -23,6 +23,14 @@ cleared; a test checks it builds the page a fresh load builds) and reloads the p
 or every `reload_every` episodes. When an env's tab was reclaimed or its browser died, the env
 resets the page in another tab and replays the episode's actions, so the episode goes on where
 it was (an infrastructure failure is never shown to the model).
+
+Screenshots (`screenshots=True`, for a vision-language policy): every observation also carries
+the page as the browser draws it (`get_screenshot_as_png`), cropped to MiniWoB's task area (the
+160 x 210 `#wrap`; the rest of the window is empty), resized to `screenshot_size` (width x
+height, default 160 x 210, the task area at CSS scale) and stored by
+content hash (model/vision.py `save_image`) under `image_dir` as an `ImageRef`; the text says a
+screenshot follows (the chat format puts the image placeholders after it). Off by default: the
+text policy pays nothing for it.
 """
 
 from __future__ import annotations
@@ -44,12 +52,16 @@ from agentic_rl.envs.browser.driver import BrowserDied, BrowserPool, Lease, shar
 from agentic_rl.envs.browser.experts import EXPERTS
 from agentic_rl.envs.browser.page import Snapshot, take_snapshot
 from agentic_rl.envs.discrete import ActionTool
-from agentic_rl.types import Action, Observation, StepResult, Task
+from agentic_rl.envs.visual import default_image_dir
+from agentic_rl.model.vision import save_image
+from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
 DEFAULT_TASKS = "click-button,click-link,focus-text,enter-text,click-checkboxes"
 SUCCESS_REWARD = 1.0 - 1e-6  # MiniWoB's raw reward is 1.0 exactly on success
 MAX_ATTEMPTS = 3  # an action is tried on this many fresh browsers before the episode fails
+SCREENSHOT_SIZE = (160, 210)  # width, height: MiniWoB's task area (#wrap) at CSS scale
+SCREENSHOT_NOTE = "Screenshot of the page:"  # the image placeholders follow this text
 
 SYSTEM_PROMPT = (
     "You are a web agent. Read the task and the page, then act on the page. Elements have ids "
@@ -123,6 +135,18 @@ def make_miniwob_tasks(
     return out
 
 
+AREA_JS = """
+const wrap = document.getElementById('wrap');
+const r = wrap ? wrap.getBoundingClientRect() : {left: 0, top: 0, right: 0, bottom: 0};
+return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, view: window.innerWidth};
+"""
+
+
+def _screenshot(driver: Any) -> tuple[bytes, dict[str, float]]:
+    """The window's PNG and where MiniWoB's task area lies in it (CSS pixels)."""
+    return driver.get_screenshot_as_png(), driver.execute_script(AREA_JS)
+
+
 class MiniWoBEnv:
     """A MiniWoB++ task in a pooled headless Chromium (see the module doc)."""
 
@@ -139,7 +163,12 @@ class MiniWoBEnv:
         page_load_timeout_s: float = 30.0,
         reload_every: int = 50,
         pool: BrowserPool | None = None,
+        screenshots: bool = False,
+        screenshot_size: Sequence[int] = SCREENSHOT_SIZE,
+        image_dir: str = "",
     ) -> None:
+        if len(screenshot_size) != 2 or min(int(v) for v in screenshot_size) < 1:
+            raise ValueError(f"screenshot_size must be [width, height] > 0, got {screenshot_size}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if episode_time_s <= 0:
@@ -152,6 +181,9 @@ class MiniWoBEnv:
         self.episode_time_s = episode_time_s
         self.reload_every = reload_every
         self._pool = pool
+        self.screenshots = screenshots
+        self.screenshot_size = (int(screenshot_size[0]), int(screenshot_size[1]))
+        self.image_dir = Path(image_dir) if image_dir else default_image_dir()
         self._pool_settings = {
             "max_browsers": max_browsers,
             "tabs_per_browser": tabs_per_browser,
@@ -237,6 +269,41 @@ class MiniWoBEnv:
         with contextlib.suppress(Exception):
             self._release()
 
+    def screenshot(self) -> ImageRef:
+        """The task area as the browser draws it now, resized to `screenshot_size`, stored by
+        hash (module doc)."""
+        import io
+
+        from PIL import Image
+
+        png, area = self._run(_screenshot)
+        with Image.open(io.BytesIO(png)) as shot:
+            scale = shot.width / max(1.0, float(area["view"]))  # device pixels per CSS pixel
+            box = [round(float(area[k]) * scale) for k in ("left", "top", "right", "bottom")]
+            box = [
+                max(0, box[0]),
+                max(0, box[1]),
+                min(shot.width, box[2]),
+                min(shot.height, box[3]),
+            ]
+            if box[2] <= box[0] or box[3] <= box[1]:  # no task area drawn: the whole window
+                box = [0, 0, shot.width, shot.height]
+            image = shot.convert("RGB").crop(box)
+        image = image.resize(self.screenshot_size, Image.Resampling.BILINEAR)
+        return save_image(image, self.image_dir)
+
+    def _with_screenshot(self, observation: Observation) -> Observation:
+        """`observation` plus the page's screenshot and the text that announces it (when on)."""
+        if not self.screenshots:
+            return observation
+        if observation.messages:
+            last = observation.messages[-1]
+            last["content"] = f"{last['content']}\n{SCREENSHOT_NOTE}"
+        else:
+            observation.content = f"{observation.content}\n{SCREENSHOT_NOTE}"
+        observation.images = [self.screenshot()]
+        return observation
+
     # -- the protocol ---------------------------------------------------------------------
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -250,12 +317,14 @@ class MiniWoBEnv:
         self.task, self.history, self.steps, self.done = task, [], 0, False
         self.snapshot = self._run(take_snapshot)  # opens the page (and survives a dead browser)
         user = f"Task: {self.snapshot.utterance}\nPage:\n{self.snapshot.render()}"
-        return Observation(
-            messages=[
-                {"role": "system", "content": self.system_prompt()},
-                {"role": "user", "content": user},
-            ],
-            anchor=self.anchor_key(),
+        return self._with_screenshot(
+            Observation(
+                messages=[
+                    {"role": "system", "content": self.system_prompt()},
+                    {"role": "user", "content": user},
+                ],
+                anchor=self.anchor_key(),
+            )
         )
 
     def anchor_key(self) -> Hashable:
@@ -301,8 +370,10 @@ class MiniWoBEnv:
             info["success"] = 0.0
             return StepResult(None, 0.0, truncated=True, info=info)
         return StepResult(
-            Observation(
-                content=self.snapshot.render(), name=ActionTool.name, anchor=self.anchor_key()
+            self._with_screenshot(
+                Observation(
+                    content=self.snapshot.render(), name=ActionTool.name, anchor=self.anchor_key()
+                )
             ),
             0.0,
             info=info,
@@ -316,7 +387,9 @@ class MiniWoBEnv:
             f"{self.snapshot.render()}"
         )
         return StepResult(
-            Observation(content=message, name="error", anchor=self.anchor_key()),
+            self._with_screenshot(
+                Observation(content=message, name="error", anchor=self.anchor_key())
+            ),
             -self.format_penalty,
             info={"invalid_action": 1, **(extra or {})},
         )

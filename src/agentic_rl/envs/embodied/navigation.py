@@ -38,6 +38,14 @@ to walk on instead of stopping (bench/README.md). `episode_reward` says how the 
 The scripted expert (`expert_turn`) is the shortest path (breadth-first search over cell and
 heading, ties broken forward < turn-left < turn-right) from the current state, then `stop`; its
 chunks are the SFT data, and its next actions are the TDR's ground truth.
+
+Rendered observations (`render="image"`, for a vision-language policy; default "text"): every
+observation also carries a top-down picture of the current state (`render_house`, PIL, a fixed
+`image_size` square whatever the house's size): each room a pale colour of its own, walls dark,
+doors gaps in them, each landmark a brown diamond with its initial, the agent a blue triangle
+pointing where it faces. It is stored by content hash (model/vision.py `save_image`) under
+`image_dir` as an `ImageRef`; the text keeps the state description and says a picture follows.
+The goal is not marked: the instruction names it, as in the text observation.
 """
 
 from __future__ import annotations
@@ -48,11 +56,14 @@ import random
 import re
 from collections import deque
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv, parse_action, split_actions
+from agentic_rl.envs.visual import default_image_dir
+from agentic_rl.model.vision import save_image
 from agentic_rl.rewards.time_decay import normalized_time_decay_reward, time_decay_reward
-from agentic_rl.types import Action, Observation, StepResult, Task
+from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
 Cell = tuple[int, int]
@@ -64,6 +75,19 @@ HEADINGS = ("north", "east", "south", "west")
 DELTAS: tuple[Cell, ...] = ((-1, 0), (0, 1), (1, 0), (0, -1))
 CHUNK_SIZE = 6  # VLN-R1 predicts the next 6 actions (ablation: 6 > 8 > 4 > 1)
 EPISODE_REWARDS = ("mean", "sum")  # how the chunks' TDRs add up over an episode (module doc)
+RENDERS = ("text", "image")  # what an observation holds besides the text (module doc)
+VIEW_NOTE = "Top-down view (you are the blue triangle):"  # the image placeholders follow this
+ROOM_COLOURS = (
+    (255, 236, 200),
+    (210, 235, 255),
+    (220, 245, 210),
+    (245, 215, 235),
+    (235, 235, 200),
+    (215, 215, 245),
+    (255, 220, 210),
+    (205, 240, 235),
+    (235, 225, 210),
+)
 ROOMS: dict[str, tuple[str, ...]] = {
     "kitchen": ("fridge", "stove", "sink"),
     "bedroom": ("bed", "wardrobe", "nightstand"),
@@ -215,6 +239,59 @@ def route_instruction(house: HouseMap, pose: Pose, path: Sequence[int], goal: Ce
     return text[0].upper() + text[1:] + "."
 
 
+def render_house(house: HouseMap, pose: Pose, size: int = 128) -> Any:
+    """A `size` x `size` top-down picture of `house` with the agent at `pose` (module doc).
+    Returns a PIL RGB image."""
+    from PIL import Image, ImageDraw
+
+    cell = max(1, (size - 4) // max(house.rows, house.cols))
+    left = (size - cell * house.cols) // 2
+    top = (size - cell * house.rows) // 2
+    image = Image.new("RGB", (size, size), (90, 90, 90))
+    draw = ImageDraw.Draw(image)
+    names = sorted(ROOMS)
+
+    def box(r: int, c: int) -> tuple[int, int, int, int]:
+        x, y = left + c * cell, top + r * cell
+        return x, y, x + cell - 1, y + cell - 1
+
+    for r in range(house.rows):
+        for c in range(house.cols):
+            colour = ROOM_COLOURS[names.index(house.room_name((r, c))) % len(ROOM_COLOURS)]
+            draw.rectangle(box(r, c), fill=colour)
+    wall, width = (40, 40, 40), max(1, cell // 8)
+    for r in range(house.rows):  # walls on the east and south side of each cell
+        for c in range(house.cols):
+            x0, y0, x1, y1 = box(r, c)
+            if c + 1 < house.cols and not house.passable((r, c), (r, c + 1)):
+                draw.line([(x1, y0), (x1, y1)], fill=wall, width=width)
+            if r + 1 < house.rows and not house.passable((r, c), (r + 1, c)):
+                draw.line([(x0, y1), (x1, y1)], fill=wall, width=width)
+    draw.rectangle(
+        (left, top, left + cell * house.cols - 1, top + cell * house.rows - 1),
+        outline=wall,
+        width=width,
+    )
+    for (r, c), name in sorted(house.landmarks.items()):
+        x0, y0, x1, y1 = box(r, c)
+        cx, cy, h = (x0 + x1) / 2, (y0 + y1) / 2, cell * 0.35
+        draw.polygon([(cx, cy - h), (cx + h, cy), (cx, cy + h), (cx - h, cy)], fill=(150, 90, 30))
+        if cell >= 16:
+            draw.text((cx, cy), name[0].upper(), fill=(255, 255, 255), anchor="mm")
+    r, c, heading = pose
+    x0, y0, x1, y1 = box(r, c)
+    cx, cy, h = (x0 + x1) / 2, (y0 + y1) / 2, cell * 0.4
+    dr, dc = DELTAS[heading]
+    tip = (cx + dc * h, cy + dr * h)
+    back = (cx - dc * h * 0.6, cy - dr * h * 0.6)
+    side = (-dr * h * 0.7, dc * h * 0.7)  # perpendicular to the heading
+    draw.polygon(
+        [tip, (back[0] + side[0], back[1] + side[1]), (back[0] - side[0], back[1] - side[1])],
+        fill=(30, 60, 220),
+    )
+    return image
+
+
 # ---------------------------------------------------------------------------------------------
 # Map and task generation
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +428,9 @@ class NavigationEnv(DiscreteActionEnv):
         success_reward: float = 1.0,
         episode_reward: str = "mean",
         format_penalty: float = 0.1,
+        render: str = "text",
+        image_size: int = 128,
+        image_dir: str = "",
     ) -> None:
         super().__init__(ACTIONS, chunk_size, max_steps, format_penalty)
         if not 0.0 < decay <= 1.0:
@@ -359,6 +439,13 @@ class NavigationEnv(DiscreteActionEnv):
             raise ValueError(
                 f"episode_reward must be one of {EPISODE_REWARDS}, got {episode_reward!r}"
             )
+        if render not in RENDERS:
+            raise ValueError(f"render must be one of {RENDERS}, got {render!r}")
+        if image_size < 16:
+            raise ValueError(f"image_size must be >= 16, got {image_size}")
+        self.render = render
+        self.image_size = image_size
+        self.image_dir = Path(image_dir) if image_dir else default_image_dir()
         self.chunk_size = chunk_size
         self.decay = decay
         self.success_reward = success_reward
@@ -387,7 +474,15 @@ class NavigationEnv(DiscreteActionEnv):
         first.messages[-1]["content"] = (
             f"Instruction: {task.prompt}\n{first.messages[-1]['content']}"
         )
+        if self.render == "image":
+            first.messages[-1]["content"] += f"\n{VIEW_NOTE}"
+            first.images = [self.picture()]
         return first
+
+    def picture(self) -> ImageRef:
+        """The current state as a top-down picture, stored by hash (module doc)."""
+        assert self.house is not None, "reset() first"
+        return save_image(render_house(self.house, self.pose, self.image_size), self.image_dir)
 
     def _apply(self, index: int) -> tuple[float, bool, bool]:
         assert self.house is not None
@@ -445,12 +540,18 @@ class NavigationEnv(DiscreteActionEnv):
             result.info["chunk_actions"] = len(self.executed) - before
         if self.episode_reward == "sum":
             result.reward += tdr
-            return result
+            return self._with_picture(result)
         previous = sum(self.chunk_scores) / len(self.chunk_scores) if self.chunk_scores else 0.0
         score = normalized_time_decay_reward(predicted, expert, self.decay)
         self.chunk_scores.append(score)
         result.reward += sum(self.chunk_scores) / len(self.chunk_scores) - previous
         result.info["chunk_score"] = score
+        return self._with_picture(result)
+
+    def _with_picture(self, result: StepResult) -> StepResult:
+        if self.render == "image" and result.observation is not None:
+            result.observation.content += f"\n{VIEW_NOTE}"
+            result.observation.images = [self.picture()]
         return result
 
     def _predicted(self, action: Action) -> list[int]:
