@@ -59,7 +59,7 @@ MECHANISM: dict[str, list[str]] = {
     "research": ["tool_calls_per_episode"],
     "zerosearch": ["tool_calls_per_episode"],
     "retool": ["tool_calls_per_episode"],
-    "rstar2_agent": ["tool_calls_per_episode", "tool_errors"],
+    "rstar2_agent": ["tool_calls_per_episode", "tool_errors_per_episode", "roc_positive_penalty"],
     "artist": ["tool_calls_per_episode"],
     "code_tests": ["success"],
     "swe_rl": ["reward"],
