@@ -201,6 +201,8 @@ class VisualQAEnv:
     rollout's turn budget ends the episode), stopping without an answer ends it with that
     penalty."""
 
+    system_prompt = VQA_SYSTEM
+
     def __init__(
         self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0, image_dir: str = ""
     ) -> None:
@@ -219,7 +221,7 @@ class VisualQAEnv:
         self.task, self.done = task, False
         return Observation(
             messages=[
-                {"role": "system", "content": VQA_SYSTEM},
+                {"role": "system", "content": self.system_prompt},
                 {"role": "user", "content": task.prompt},
             ],
             images=[self.image(task)],

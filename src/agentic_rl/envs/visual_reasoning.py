@@ -29,21 +29,18 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from agentic_rl.envs.visual import (
     COLOURS,
     SHAPES,
     SIZE,
     Cell,
+    VisualQAEnv,
     _split_of,
-    default_image_dir,
-    render_scene,
     scene_of,
 )
-from agentic_rl.model.vision import save_image
-from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
+from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
 KINDS = ("sum", "count_colour", "count_shape")
@@ -165,32 +162,12 @@ def _norm(text: str) -> str:
     return "".join(text.lower().split())
 
 
-class VisualReasoningEnv:
-    """One reasoning question about one rendered scene; see the module docstring."""
+class VisualReasoningEnv(VisualQAEnv):
+    """One reasoning question about one rendered scene; see the module docstring. The scene,
+    its picture and the first observation are VisualQAEnv's; the prompt, the scoring (format and
+    answer) and the expert are this env's."""
 
-    def __init__(
-        self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0, image_dir: str = ""
-    ) -> None:
-        del tool_timeout_s  # no tools
-        self.tools: list[Any] = []
-        self.format_penalty = format_penalty
-        self.image_dir = Path(image_dir) if image_dir else default_image_dir()
-        self.task: Task | None = None
-        self.done = False
-
-    def image(self, task: Task) -> ImageRef:
-        return save_image(render_scene(scene_of(task)), self.image_dir)
-
-    def reset(self, task: Task, seed: int) -> Observation:
-        del seed  # the task fixes the scene
-        self.task, self.done = task, False
-        return Observation(
-            messages=[
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": task.prompt},
-            ],
-            images=[self.image(task)],
-        )
+    system_prompt = SYSTEM
 
     def step(self, action: Action) -> StepResult:
         if self.task is None:
