@@ -1,18 +1,24 @@
 """GRPO step time on CPU: this project vs TRL's GRPOTrainer, same model, prompts and sampling.
 
-One run measures both, each framework in its own child process (so peak RSS is separable):
+Each framework runs in its own child process (so peak RSS is separable), and the children are
+interleaved so that drift of a shared machine cancels out: `--rounds R` runs R rounds, each one
+`ours` child and one `trl` child per precision, in the order ours, trl (precision by precision)
+in even rounds and the exact reverse in odd rounds (A B | B A | A B ...). Every child loads its
+model, runs `--warmup` unmeasured and `--steps` measured steps.
 
 - model: the bundled SmolLM2-135M-Instruct, fp32, loaded from the safetensors cache
   (`agentic_rl.model.load.bundled_model_dir()`); TRL loads that directory by path.
 - prompts: the opening messages (system + question) of `search_qa` training tasks, rendered by
   the model's chat template (both sides get token-identical prompts; the TRL child checks it).
-  Step s uses tasks 2s and 2s+1 on both sides (TRL's dataset is not shuffled).
+  Step s uses tasks 2s and 2s+1 on both sides (TRL's dataset is not shuffled); every round
+  repeats the same steps.
 - sampling: 2 prompts x 8 completions = 16 per step, up to 64 new tokens, temperature 1,
   top-p 1, no top-k, stop at EOS only (no stop strings on either side).
 - reward: 1 if the completion text (special tokens dropped) has an even number of characters,
   else 0: a pure function of the text, the same Python function on both sides, and mixed within
   almost every group so neither side can skip the update.
 - one update per step (TRL num_iterations=1; ours algo.epochs=1), no KL, no reference model.
+- precision (`--precision fp32`, `bf16`, or both, `fp32,bf16`): the same on both sides.
 
 Ours is the single-turn equivalent of a training step: `HFGenerator.generate` on the 16 prompt
 ids (the generator the trainer uses; identical prompts prefilled once), then the learner's
@@ -20,11 +26,23 @@ ids (the generator the trainer uses; identical prompts prefilled once), then the
 `trainer.train_step` minus the env (a single-turn env step is a string comparison). Step time
 = rollout + reward + advantages + update, after warm-up steps.
 
-    .venv/bin/python bench/vs_trl.py                 # ~10 min on the 2-core CPU
-    .venv/bin/python bench/vs_trl.py --steps 2 --warmup 1 --max-new-tokens 8   # smoke
+Reported per framework and precision: median and min-max of the step, rollout and update time
+over all measured steps of all rounds, and of the per-round medians; per round the ratio TRL
+median step / ours median step, and the median ratio over rounds with its min-max. The result
+JSON also records the machine: CPU model and the flags that decide the CPU kernels (avx2,
+avx512f, avx512_bf16, avx512_vnni, amx_*), nproc, torch version, oneDNN (mkldnn) availability
+and bf16 support, the OMP/MKL environment, each child's torch thread counts and the generator's
+fast-path choices, and the load average before and after every child.
 
-Writes bench/results/vs_trl.json; the last line of stdout is `speedup_vs_trl: X.XX`
-(TRL median step time / ours).
+    # ~12 min on the idle 2-core CPU: 3 rounds (the default) x (fp32, bf16) x (ours, TRL)
+    .venv/bin/python bench/vs_trl.py --precision fp32,bf16 --trl-attention bf16-eager --steps 3
+    .venv/bin/python bench/vs_trl.py --rounds 1 --steps 1 --warmup 0 --max-new-tokens 8  # smoke
+
+Writes bench/results/vs_trl.json (`--out`). stdout ends with `speedup_vs_trl: X.XX`: the median
+over rounds of TRL's step time / ours; with several precisions, the lowest of their medians
+(each precision's own line `speedup_vs_trl_<precision>: X.XX` comes before it). Result files
+of one precision keep the keys of the single-run version (`summary` per framework,
+`speedup_vs_trl`, `setup`, `machine`, `raw`), with `raw` now a list of children.
 """
 
 from __future__ import annotations
@@ -278,6 +296,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             "max_grad_norm": cfg.optim.max_grad_norm,
             "optimizer": "torch.optim.AdamW (fused, as trainer.make_optimizer)",
             "generate_calls": generator.calls,
+            # bf16 only: which fast paths the generator chose (capability / measurement)
+            "fast_paths": getattr(generator, "fast_paths", None),
             "prompt_tokens_prefilled": generator.prompt_tokens,
         },
         "rss_after_load_mib": rss_loaded,
@@ -503,6 +523,48 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 # Parent
 # ---------------------------------------------------------------------------------------------
 
+PRECISIONS = ("fp32", "bf16")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
+
+
+def thread_env() -> dict[str, str]:
+    """The environment variables that set or pin the CPU threads of torch / OpenMP / MKL /
+    oneDNN (those set)."""
+    prefixes = ("OMP_", "MKL_", "KMP_", "ONEDNN_", "DNNL_", "GOMP_", "TORCH_")
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU model name and the instruction-set flags that pick the kernels (from /proc/cpuinfo),
+    plus what torch makes of them."""
+    import torch
+
+    name: str | None = None
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name is None:
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    mkldnn = torch.backends.mkldnn
+    try:
+        bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        bf16 = False
+    return {
+        "model_name": name or platform.processor() or "unknown",
+        "flags": {flag: flag in flags for flag in CPU_FLAGS},
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkldnn_available": bool(mkldnn.is_available()),
+        "mkldnn_bf16_supported": bf16,
+    }
+
 
 def child_main(args: argparse.Namespace) -> None:
     import torch
@@ -510,12 +572,27 @@ def child_main(args: argparse.Namespace) -> None:
     result = run_ours(args) if args.child == "ours" else run_trl(args)
     result["peak_rss_mib"] = peak_rss_mib()
     result["torch_threads"] = torch.get_num_threads()
+    result["torch_interop_threads"] = torch.get_num_interop_threads()
+    result["thread_env"] = thread_env()
+    result["precision"] = args.precision
     Path(args.result_file).write_text(json.dumps(result, indent=2, default=str))
 
 
-def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
-    result_file = log_dir / f"{name}.json"
-    log_file = log_dir / f"{name}.log"
+def trl_attention(choice: str, precision: str) -> str:
+    """The TRL model's attn_implementation for `precision` under --trl-attention `choice`."""
+    if choice == "bf16-eager":
+        return "eager" if precision == "bf16" else "sdpa"
+    return choice
+
+
+def run_child(
+    name: str, args: argparse.Namespace, log_dir: Path, precision: str | None = None, tag: str = ""
+) -> dict[str, Any]:
+    """Run one framework's child (`precision`, default args.precision) and return its result,
+    with its wall time and the load average before and after it."""
+    precision = precision or args.precision
+    result_file = log_dir / f"{name}{tag}.json"
+    log_file = log_dir / f"{name}{tag}.log"
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -538,12 +615,13 @@ def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, A
         "--trl-generation",
         args.trl_generation,
         "--precision",
-        args.precision,
+        precision,
         "--trl-attention",
-        args.trl_attention,
+        trl_attention(args.trl_attention, precision),
         *(["--sdpa-only"] if args.sdpa_only else []),
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     with open(log_file, "w") as log:
         proc = subprocess.Popen(
@@ -553,18 +631,22 @@ def run_child(name: str, args: argparse.Namespace, log_dir: Path) -> dict[str, A
         for line in proc.stdout:
             log.write(line)
             if line.startswith(("[ours]", "[trl]")):
-                print(line, end="", flush=True)
+                print(f"{tag.strip('-')} {line}" if tag else line, end="", flush=True)
         proc.wait()
     if proc.returncode != 0:
         tail = log_file.read_text()[-4000:]
         raise SystemExit(f"{name} child failed (exit {proc.returncode}):\n{tail}")
     result = json.loads(result_file.read_text())
     result["child_wall_s"] = time.perf_counter() - t0
+    result["load_average_before"] = load_before
+    result["load_average_after"] = os.getloadavg()
     return result
 
 
-def aggregate(result: dict[str, Any]) -> dict[str, Any]:
-    measured = [s for s in result["steps"] if not s["warmup"]]
+def aggregate(result: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+    """Summary of the measured steps of one child, or pooled over several (the rounds)."""
+    results = result if isinstance(result, list) else [result]
+    measured = [s for r in results for s in r["steps"] if not s["warmup"]]
     step = [s["step_s"] for s in measured]
     rollout = [s["rollout_s"] for s in measured]
     tokens = sum(s["completion_tokens"] for s in measured)
@@ -577,15 +659,145 @@ def aggregate(result: dict[str, Any]) -> dict[str, Any]:
         "mean_completion_len": statistics.fmean(s["mean_completion_len"] for s in measured),
         "trained_sequences": [s["trained_sequences"] for s in measured],
         "constant_groups": [s["constant_groups"] for s in measured],
-        "peak_rss_mib": result["peak_rss_mib"],
-        "rss_after_load_mib": result["rss_after_load_mib"],
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
+        "rss_after_load_mib": statistics.median(r["rss_after_load_mib"] for r in results),
     }
+
+
+def round_order(precisions: list[str], frameworks: list[str], rnd: int) -> list[tuple[str, str]]:
+    """The children of round `rnd` as (precision, framework): precision by precision, ours
+    before TRL; odd rounds run the exact reverse, so a linear drift of the machine's speed
+    weighs on both frameworks alike over each pair of rounds."""
+    order = [(p, f) for p in precisions for f in frameworks]
+    return order[::-1] if rnd % 2 else order
+
+
+def per_round(children: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
+    """Per round of one precision: each framework's median step / rollout / update and the
+    ratios TRL / ours (when both ran)."""
+    rows = []
+    for rnd in range(rounds):
+        row: dict[str, Any] = {"round": rnd}
+        for child in children:
+            if child["round"] != rnd:
+                continue
+            agg = aggregate(child)
+            fw = child["bench_framework"]
+            row[fw] = {k: agg[k]["median"] for k in ("step_s", "rollout_s", "update_s")}
+            row[fw]["position"] = child["position"]
+        if "ours" in row and "trl" in row:
+            for key in ("step_s", "rollout_s", "update_s"):
+                name = "speedup" if key == "step_s" else key.replace("_s", "_ratio")
+                row[name] = row["trl"][key] / row["ours"][key]
+        rows.append(row)
+    return rows
+
+
+def precision_report(children: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """Pooled summary per framework, per-round medians and ratios, and their spread."""
+    frameworks = sorted({c["bench_framework"] for c in children})
+    pooled = {
+        fw: aggregate([c for c in children if c["bench_framework"] == fw]) for fw in frameworks
+    }
+    rows = per_round(children, rounds)
+    over_rounds = {
+        fw: {
+            key: summary([row[fw][key] for row in rows if fw in row])
+            for key in ("step_s", "rollout_s", "update_s")
+        }
+        for fw in frameworks
+    }
+    report: dict[str, Any] = {"summary": pooled, "round_medians": over_rounds, "rounds": rows}
+    for key in ("speedup", "rollout_ratio", "update_ratio"):
+        values = [row[key] for row in rows if key in row]
+        if values:
+            report[key] = summary(values)
+    return report
+
+
+def print_precision(precision: str, report: dict[str, Any], trl_version: str | None) -> None:
+    agg = report["summary"]
+    print(f"\n## {precision}: all measured steps pooled over rounds")
+    print(
+        "| framework | step s median (min-max) | rollout s | update s | rollout tok/s "
+        "| mean completion len | steps | peak RSS MiB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in sorted(agg.items(), key=lambda kv: kv[0] != "trl"):
+        label = f"TRL {trl_version}" if name == "trl" else "agentic_rl"
+        print(
+            f"| {label} | {r['step_s']['median']:.2f} ({r['step_s']['min']:.2f}-"
+            f"{r['step_s']['max']:.2f}) | {r['rollout_s']['median']:.2f} "
+            f"({r['rollout_s']['min']:.2f}-{r['rollout_s']['max']:.2f}) "
+            f"| {r['update_s']['median']:.2f} ({r['update_s']['min']:.2f}-"
+            f"{r['update_s']['max']:.2f}) | {r['rollout_tokens_per_s']:.0f} "
+            f"| {r['mean_completion_len']:.1f} | {r['steps_measured']} "
+            f"| {r['peak_rss_mib']:.0f} |"
+        )
+    print(f"\n## {precision}: per round (median step s of each child; ratio TRL/ours)")
+    print(
+        "| round | order | ours step s | TRL step s | step ratio | rollout ratio | update ratio |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for row in report["rounds"]:
+        order = (
+            "ours first"
+            if row.get("ours", {}).get("position", 0) < row.get("trl", {}).get("position", 1)
+            else "TRL first"
+        )
+
+        def cell(fw: str, row: dict[str, Any] = row) -> str:
+            return f"{row[fw]['step_s']:.2f}" if fw in row else "-"
+
+        def ratio(key: str, row: dict[str, Any] = row) -> str:
+            return f"{row[key]:.2f}" if key in row else "-"
+
+        print(
+            f"| {row['round']} | {order} | {cell('ours')} | {cell('trl')} | {ratio('speedup')} "
+            f"| {ratio('rollout_ratio')} | {ratio('update_ratio')} |"
+        )
+    for fw, over in sorted(report["round_medians"].items(), key=lambda kv: kv[0] != "trl"):
+        label = f"TRL {trl_version}" if fw == "trl" else "agentic_rl"
+        print(
+            f"{precision} {label}, per-round medians, median (min-max): "
+            + ", ".join(
+                f"{key[:-2]} {v['median']:.2f} s ({v['min']:.2f}-{v['max']:.2f})"
+                for key, v in over.items()
+            )
+        )
+    if "speedup" in report:
+        s, ro, up = report["speedup"], report["rollout_ratio"], report["update_ratio"]
+        print(
+            f"\n{precision} ratios TRL/ours over rounds, median (min-max): step {s['median']:.2f}x "
+            f"({s['min']:.2f}-{s['max']:.2f}), rollout {ro['median']:.2f}x "
+            f"({ro['min']:.2f}-{ro['max']:.2f}), update {up['median']:.2f}x "
+            f"({up['min']:.2f}-{up['max']:.2f})"
+        )
+
+
+def parse_precisions(text: str) -> list[str]:
+    """ "fp32", "bf16" or a comma-separated list of them (each once, in the given order)."""
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in PRECISIONS]
+    if not chosen or bad or len(set(chosen)) != len(chosen):
+        raise argparse.ArgumentTypeError(
+            f"--precision: one or more of {', '.join(PRECISIONS)}, comma-separated, each once; "
+            f"got {text!r}"
+        )
+    return chosen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="measured steps per framework")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up steps (not measured)")
+    parser.add_argument("--steps", type=int, default=4, help="measured steps per child")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up steps per child")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved rounds; each runs one child per framework and precision, the order "
+        "reversed every other round",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--group-size", type=int, default=8, help="completions per prompt")
@@ -598,15 +810,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["fp32", "bf16"],
         default="fp32",
-        help="both sides: float32, or bf16 autocast over float32 weights (TRL bf16=True)",
+        help="fp32, bf16, or both (fp32,bf16), on both sides: float32, or bf16 autocast over "
+        "float32 weights (TRL bf16=True)",
     )
     parser.add_argument(
         "--trl-attention",
-        choices=["sdpa", "eager"],
+        choices=["sdpa", "eager", "bf16-eager"],
         default="sdpa",
-        help="TRL model's attn_implementation (sdpa: the Transformers default)",
+        help="TRL model's attn_implementation (sdpa: the Transformers default; bf16-eager: "
+        "eager in bf16, sdpa in fp32, TRL's faster choice per precision on the 2-core CPU)",
     )
     parser.add_argument(
         "--sdpa-only",
@@ -618,59 +831,78 @@ def main() -> None:
     parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    try:
+        precisions = parse_precisions(args.precision)
+    except argparse.ArgumentTypeError as err:
+        parser.error(str(err))
     if args.child:
+        if len(precisions) != 1:
+            parser.error("a child runs one precision")
         child_main(args)
         return
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
 
     import torch
     import transformers
 
     wall0 = time.perf_counter()
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
-        # Ours first: if the machine gets quieter during the run, TRL (second) profits.
-        for name in ("ours", "trl"):
-            if args.only and args.only != name:
-                continue
-            results[name] = run_child(name, args, Path(tmp))
-    agg = {name: aggregate(r) for name, r in results.items()}
-
-    print()
-    if "trl" in results:
-        print(f"TRL {results['trl']['trl_version']} GRPOTrainer settings:")
-        for key, value in results["trl"]["settings"].items():
-            print(f"  {key}: {value}")
-        print(f"  prompts token-identical to ours: {results['trl']['prompts_token_identical']}")
-    print()
-    header = (
-        "| framework | step s (median) | min-max | rollout s | update s | rollout tok/s "
-        "| mean completion len | trained seqs/step | peak RSS MiB |"
+    frameworks = [f for f in ("ours", "trl") if not args.only or args.only == f]
+    machine: dict[str, Any] = {
+        "cpu": cpu_info(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "thread_env": thread_env(),
+        "load_average_at_start": os.getloadavg(),
+    }
+    print(
+        f"machine: {machine['cpu']['model_name']}, nproc {machine['cpus']}, flags "
+        f"{','.join(k for k, v in machine['cpu']['flags'].items() if v) or '-'}, torch "
+        f"{machine['torch']} ({machine['cpu']['torch_cpu_capability']}), env "
+        f"{machine['thread_env'] or '-'}",
+        flush=True,
     )
-    print(header)
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, r in sorted(agg.items(), key=lambda kv: kv[0] != "trl"):
-        label = f"TRL {results['trl']['trl_version']}" if name == "trl" else "agentic_rl"
-        print(
-            f"| {label} | {r['step_s']['median']:.2f} | {r['step_s']['min']:.2f}-"
-            f"{r['step_s']['max']:.2f} | {r['rollout_s']['median']:.2f} "
-            f"| {r['update_s']['median']:.2f} | {r['rollout_tokens_per_s']:.0f} "
-            f"| {r['mean_completion_len']:.1f} "
-            f"| {'/'.join(str(int(x)) for x in r['trained_sequences'])} "
-            f"| {r['peak_rss_mib']:.0f} |"
-        )
-    speedup = None
-    if len(agg) == 2:
-        speedup = agg["trl"]["step_s"]["median"] / agg["ours"]["step_s"]["median"]
-        rollout_ratio = agg["trl"]["rollout_s"]["median"] / agg["ours"]["rollout_s"]["median"]
-        update_ratio = agg["trl"]["update_s"]["median"] / agg["ours"]["update_s"]["median"]
-        print(
-            f"\nratios TRL/ours (medians): step {speedup:.2f}x, rollout {rollout_ratio:.2f}x, "
-            f"update {update_ratio:.2f}x"
-        )
-    record = {
+    children: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
+        position = 0
+        for rnd in range(args.rounds):
+            for precision, name in round_order(precisions, frameworks, rnd):
+                tag = f"-r{rnd}-{precision}"
+                result = run_child(name, args, Path(tmp), precision, tag)
+                result.update(bench_framework=name, round=rnd, position=position)
+                position += 1
+                children.append(result)
+    reports = {
+        p: precision_report([c for c in children if c["precision"] == p], args.rounds)
+        for p in precisions
+    }
+    trl_version = next((c["trl_version"] for c in children if c["bench_framework"] == "trl"), None)
+    trl_child = next((c for c in children if c["bench_framework"] == "trl"), None)
+    if trl_child is not None:
+        print(f"\nTRL {trl_version} GRPOTrainer settings ({trl_child['precision']}):")
+        for key, value in trl_child["settings"].items():
+            print(f"  {key}: {value}")
+        matched = {c["prompts_token_identical"] for c in children if "prompts_token_identical" in c}
+        print(f"  prompts token-identical to ours: {' / '.join(map(str, matched))}")
+    for precision, report in reports.items():
+        print_precision(precision, report, trl_version)
+    by_precision = {p: r["speedup"]["median"] for p, r in reports.items() if "speedup" in r}
+    speedup = min(by_precision.values()) if by_precision else None
+    machine["torch_threads"] = {
+        f"{c['bench_framework']}-r{c['round']}-{c['precision']}": c.get("torch_threads")
+        for c in children
+    }
+    machine["load_average_at_end"] = os.getloadavg()
+    record: dict[str, Any] = {
+        "schema": 2,
         "command": "python " + " ".join(sys.argv),
         "setup": {
-            "precision": args.precision,
+            "precision": precisions[0] if len(precisions) == 1 else precisions,
+            "precisions": precisions,
+            "rounds": args.rounds,
+            "order": "per round: precision by precision, ours then TRL; odd rounds reversed",
             "trl_attention": args.trl_attention,
             "ours_sdpa_only": args.sdpa_only,
             "prompts_per_step": args.prompts,
@@ -682,22 +914,37 @@ def main() -> None:
             "reward": "1 if len(completion text without special tokens) is even else 0",
             "prompts": "search_qa train tasks (seed 0), system + question, chat template",
         },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "torch_threads": {k: r.get("torch_threads") for k, r in results.items()},
-            "load_average_at_end": os.getloadavg(),
-        },
-        "summary": agg,
+        "machine": machine,
+        "precisions": reports,
         "speedup_vs_trl": speedup,
-        "raw": results,
+        "speedup_vs_trl_by_precision": by_precision,
+        "children": [
+            {
+                "framework": c["bench_framework"],
+                "precision": c["precision"],
+                "round": c["round"],
+                "position": c["position"],
+                "child_wall_s": c["child_wall_s"],
+                "load_average_before": c["load_average_before"],
+                "load_average_after": c["load_average_after"],
+                "torch_threads": c.get("torch_threads"),
+                "torch_interop_threads": c.get("torch_interop_threads"),
+                "thread_env": c.get("thread_env"),
+                "fast_paths": c.get("settings", {}).get("fast_paths"),
+            }
+            for c in children
+        ],
+        "raw": children,
         "bench_wall_s": time.perf_counter() - wall0,
     }
+    if len(precisions) == 1:  # the keys of the single-run version
+        record["summary"] = reports[precisions[0]]["summary"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2, default=str))
-    print(f"wrote {args.out} ({record['bench_wall_s']:.0f} s)")
+    print(f"\nwrote {args.out} ({record['bench_wall_s']:.0f} s)")
+    for precision, value in by_precision.items():
+        if len(by_precision) > 1:
+            print(f"speedup_vs_trl_{precision}: {value:.2f}")
     if speedup is not None:
         print(f"speedup_vs_trl: {speedup:.2f}")
 

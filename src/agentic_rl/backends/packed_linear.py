@@ -11,7 +11,10 @@ vocabulary projection 3.75 -> 1.67 ms; packing the bundled model's 135M paramete
 
 Only the generator's private bfloat16 copy of the policy uses this (`HFGenerator`): it has no
 gradients, and it is re-packed whenever the learner's weights change. Where the operators are
-missing (a PyTorch build without oneDNN bf16 support) nothing is replaced.
+missing (a PyTorch build without oneDNN bf16 support) nothing is replaced. The gain above was
+measured on one CPU (AVX512-BF16); on others the generator times a decoding step with and
+without the packed weights when it makes its copy and keeps the faster
+(`HFGenerator._choose_fast_paths`; a `PackedLinear` whose `packed` is None runs `F.linear`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,27 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of native bfloat16 dot products (AVX512-BF16, AMX); without them oneDNN
+emulates bfloat16 matmuls with float32 FMAs and conversions."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16(flags: set[str] | None = None) -> bool:
+    """Does this CPU compute bfloat16 dot products natively (any of BF16_FLAGS)?"""
+    return any(flag in (cpu_flags() if flags is None else flags) for flag in BF16_FLAGS)
 
 
 def packing_available() -> bool:

@@ -1,0 +1,87 @@
+"""bench/vs_trl.py's interleaving and round statistics, on hand-made child results (no model)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+SPEC = importlib.util.spec_from_file_location("vs_trl", BENCH / "vs_trl.py")
+assert SPEC is not None and SPEC.loader is not None
+vs_trl = importlib.util.module_from_spec(SPEC)
+sys.modules.setdefault("vs_trl", vs_trl)
+SPEC.loader.exec_module(vs_trl)
+
+
+def test_rounds_alternate_the_order() -> None:
+    first = vs_trl.round_order(["fp32", "bf16"], ["ours", "trl"], 0)
+    assert first == [("fp32", "ours"), ("fp32", "trl"), ("bf16", "ours"), ("bf16", "trl")]
+    assert vs_trl.round_order(["fp32", "bf16"], ["ours", "trl"], 1) == first[::-1]
+    assert vs_trl.round_order(["bf16"], ["ours", "trl"], 2) == [("bf16", "ours"), ("bf16", "trl")]
+
+
+def test_precisions_parse() -> None:
+    assert vs_trl.parse_precisions("bf16") == ["bf16"]
+    assert vs_trl.parse_precisions("fp32,bf16") == ["fp32", "bf16"]
+    for bad in ("fp16", "bf16,bf16", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            vs_trl.parse_precisions(bad)
+
+
+def child(framework: str, rnd: int, position: int, steps: list[float]) -> dict:
+    """A child result: one warm-up step (ignored, 100 s) then `steps`; rollout = update =
+    half the step."""
+    records = [
+        {
+            "warmup": i == 0,
+            "step_s": s,
+            "rollout_s": s / 2,
+            "update_s": s / 2,
+            "completion_tokens": 10,
+            "mean_completion_len": 5.0,
+            "trained_sequences": 2.0,
+            "constant_groups": 0,
+        }
+        for i, s in enumerate([100.0, *steps])
+    ]
+    return {
+        "bench_framework": framework,
+        "round": rnd,
+        "position": position,
+        "precision": "bf16",
+        "steps": records,
+        "peak_rss_mib": 1000.0 + position,
+        "rss_after_load_mib": 500.0,
+    }
+
+
+def test_round_ratios_and_spread_are_hand_computed() -> None:
+    children = [
+        child("ours", 0, 0, [2.0, 4.0]),  # median 3
+        child("trl", 0, 1, [9.0, 9.0]),  # 9 -> ratio 3
+        child("trl", 1, 2, [12.0, 12.0]),  # 12
+        child("ours", 1, 3, [3.0, 3.0]),  # 3 -> ratio 4
+        child("ours", 2, 4, [6.0, 6.0]),  # 6
+        child("trl", 2, 5, [12.0, 12.0]),  # 12 -> ratio 2
+    ]
+    report = vs_trl.precision_report(children, rounds=3)
+    assert [row["speedup"] for row in report["rounds"]] == [3.0, 4.0, 2.0]
+    assert report["speedup"]["median"] == 3.0
+    assert (report["speedup"]["min"], report["speedup"]["max"]) == (2.0, 4.0)
+    ours = report["summary"]["ours"]
+    assert ours["steps_measured"] == 6  # warm-up steps left out
+    # pooled 2, 4, 3, 3, 6, 6 -> sorted 2 3 3 4 6 6: median 3.5
+    assert ours["step_s"]["median"] == 3.5 and ours["step_s"]["max"] == 6.0
+    assert ours["peak_rss_mib"] == 1004.0  # the largest of the rounds
+    assert report["round_medians"]["trl"]["step_s"]["min"] == 9.0
+    assert report["rounds"][1]["trl"]["position"] < report["rounds"][1]["ours"]["position"]
+
+
+def test_trl_attention_per_precision() -> None:
+    assert vs_trl.trl_attention("bf16-eager", "bf16") == "eager"
+    assert vs_trl.trl_attention("bf16-eager", "fp32") == "sdpa"
+    assert vs_trl.trl_attention("eager", "fp32") == "eager"
