@@ -30,7 +30,10 @@ class ModelConfig:
     """bfloat16 attention on CPU over at most 256 x 256 positions runs as two matmuls instead
     of PyTorch's fused SDPA kernel, which is slow in bfloat16 on CPU (model/attention.py); same
     results up to bfloat16 rounding. Affects only bf16 compute on CPU (mixed_precision=bf16
-    or model.dtype=bfloat16); float32, GPUs and longer attention use SDPA as before."""
+    or model.dtype=bfloat16); float32, GPUs and longer attention use SDPA as before. The
+    generator's bf16 copy (model size >= 20M parameters) switches to SDPA where a one-time
+    measurement of a decoding step finds SDPA clearly faster on this machine
+    (HFGenerator.fast_paths)."""
     cache_dir: str = ""
     """Where the dequantised bundled model is cached; default ~/.cache/agentic_rl."""
     gradient_checkpointing: bool = False
@@ -106,6 +109,20 @@ class EnvConfig:
     the function's value; the env's step rewards still land on their turns, the rest of the
     episode reward on the last one) or "add" (the function's value is added to the env's
     reward)."""
+    select_by_variance: int = 0
+    """1-shot RLVR's choice of training example (Wang et al. 2025; train/task_select.py): before
+    RL (after any warm start) the policy samples env.select_samples episodes of each of the first
+    this-many training tasks (the candidates) at rollout.temperature, and RL trains on the
+    env.num_train_tasks candidates whose episode rewards vary most (population variance,
+    p(1-p) for a 0/1 reward; ties: the lowest index). A task the policy always or never solves
+    gives GRPO zero advantages. The paper ranks by the variance of each example's training
+    accuracy over a whole RL run on the full dataset; this uses the current policy's samples
+    instead, which costs candidates x samples episodes once. The choice is logged
+    (task_select/* metrics, summary.json "task_selection") and kept in the checkpoint, so a
+    resumed run trains on the same tasks; a run of trainer.steps=0 (nothing to choose for)
+    skips it. Must exceed env.num_train_tasks; 0 = off."""
+    select_samples: int = 8
+    """Episodes sampled per candidate by env.select_by_variance (at least 2)."""
 
 
 @dataclass

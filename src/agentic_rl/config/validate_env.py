@@ -46,6 +46,35 @@ def validate_env(cfg: Config) -> None:
         )
     _validate_env_sources(cfg)
     _validate_reward_fn(cfg)
+    _validate_task_selection(cfg)
+
+
+def _validate_task_selection(cfg: Config) -> None:
+    """env.select_by_variance (1-shot RLVR's choice of example, train/task_select.py): more
+    candidates than the tasks it keeps, at least two samples each, sampled training rollouts."""
+    env = cfg.env
+    if env.select_by_variance < 0:
+        raise ConfigError(f"env.select_by_variance must be >= 0, got {env.select_by_variance}")
+    if not env.select_by_variance:
+        _unused(cfg, ["env.select_samples"], "env.select_by_variance=0 (no task selection)")
+        return
+    if env.select_by_variance <= env.num_train_tasks:
+        raise ConfigError(
+            f"env.select_by_variance={env.select_by_variance} candidates cannot choose "
+            f"env.num_train_tasks={env.num_train_tasks} training tasks: it keeps the "
+            "num_train_tasks candidates whose rewards vary most, so it needs more candidates "
+            "than that (1-shot RLVR: env.num_train_tasks=1)"
+        )
+    if env.select_samples < 2:
+        raise ConfigError(
+            f"env.select_samples must be >= 2 with env.select_by_variance, got "
+            f"{env.select_samples}: the rewards of one sample cannot vary"
+        )
+    if cfg.rollout.scheme != "sample":
+        raise ConfigError(
+            f"env.select_by_variance chooses the training tasks of sampled rollouts; "
+            f"rollout.scheme={cfg.rollout.scheme} makes its own tasks"
+        )
 
 
 def _validate_env_sources(cfg: Config) -> None:

@@ -61,6 +61,7 @@ from agentic_rl.train.setup import (
 )
 from agentic_rl.train.sft import warm_start_sft
 from agentic_rl.train.summary import advantage_metrics, print_table, run_summary, summarize
+from agentic_rl.train.task_select import apply_selection, select_train_tasks
 from agentic_rl.train.trajectory_log import StepTrajectories, TrajectoryLog
 
 
@@ -210,6 +211,8 @@ def train(cfg: Config) -> dict[str, Any]:
         state = load(last, setup.policy, optimizer, extra_modules=extra)
         sync_weights(setup.generator, setup.policy)
         print(f"resuming from {last} (step {state['step']})", flush=True)
+        if "task_selection" in state:  # env.select_by_variance: the tasks chosen before step 1
+            apply_selection(setup, state["task_selection"])
     trajectories = (  # a sample of every step's episodes, token by token, for `agentic-rl report`
         TrajectoryLog(
             out,
@@ -320,6 +323,8 @@ def _before_rl(
             state["evals"]["failure_dpo"] = _eval_and_log(
                 setup, logger, 0, trajectories, "eval_failure_dpo"
             )
+    if cfg.env.select_by_variance and cfg.trainer.steps > 0:  # 1-shot RLVR (train/task_select.py)
+        state["task_selection"] = select_train_tasks(setup, logger)
 
 
 def _eval_and_log(

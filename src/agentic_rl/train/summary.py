@@ -60,6 +60,8 @@ def run_summary(cfg: Config, state: dict[str, Any], step: int, seconds: float) -
         summary["before"] = pick(evals["before"])
     if "warm_start" in evals:
         summary["warm_start"] = pick(evals["warm_start"])
+    if "task_selection" in state:  # env.select_by_variance (train/task_select.py)
+        summary["task_selection"] = state["task_selection"]
     return summary
 
 
