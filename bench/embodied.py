@@ -8,8 +8,8 @@ steps), plus the RL stage's per-step training reward and success.
 
     .venv/bin/python bench/embodied.py vln_r1
     .venv/bin/python bench/embodied.py vla_rl --set trainer.steps=10
-    .venv/bin/python bench/embodied.py vln_r1 --set model.name=tiny trainer.steps=1 \\
-        env.num_eval_tasks=4 warm_start.num_tasks=4        # does it run
+    .venv/bin/python bench/embodied.py vln_r1 --set model.name=tiny rl:trainer.steps=1 \\
+        env.num_eval_tasks=4 sft:warm_start.num_tasks=4    # does it run
 
 Writes bench/results/<recipe>.json (or --out) and prints a markdown table.
 """

@@ -133,10 +133,10 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_one(args: argparse.Namespace, recipe: str, seed: int, out_dir: Path) -> dict[str, Any]:
-    overrides = [
+    overrides = [  # the budget acts in every stage ('*:'), whatever a stage sets itself
         f"model.name={args.model}",
         f"trainer.seed={seed}",
-        f"trainer.max_minutes={args.minutes}",
+        f"*:trainer.max_minutes={args.minutes}",
         f"trainer.out_dir={out_dir}",
         "trainer.progress=false",
         "trainer.tensorboard=false",

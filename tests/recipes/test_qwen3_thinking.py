@@ -66,7 +66,7 @@ def test_fusion_sft_demonstrates_both_modes(tokenizer):
             assert "/think" in prompt and sampled.startswith("<think>\n")
     assert 0 < modes.count("think") < len(modes)
     # without the fusion switch (stage 1's setting) every demonstration thinks
-    setup.cfg = load_config("qwen3_thinking", [*FAST, "rollout.thinking_mode=think"], smoke=True)
+    setup.cfg = load_config("qwen3_thinking", [*FAST, "*:rollout.thinking_mode=think"], smoke=True)
     demos, _ = expert_demos(setup, 12)
     assert all("/no_think" not in split_demo(d, tokenizer)[0] for d in demos)
 

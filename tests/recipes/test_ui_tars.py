@@ -118,10 +118,10 @@ def test_learning_from_failures_trains_dpo_on_the_pairs(scripted, tmp_path):
             *FAST,
             f"trainer.out_dir={tmp_path}",
             "env.options.tasks=enter-text",
-            "dpo.failure_tasks=4",
+            "*:dpo.failure_tasks=4",  # this test builds the recipe's base config, not a stage
             "dpo.lr=1e-3",
             "dpo.epochs=2",
-            "warm_start.num_tasks=0",
+            "*:warm_start.num_tasks=0",
         ],
         smoke=True,
     )

@@ -53,7 +53,7 @@ def test_the_stages_raise_the_thinking_cap(tmp_path):
     for before, after in zip(stages, stages[1:], strict=False):  # chained weights
         assert after.model.name == str(tmp_path / before.trainer.run_name / "model")
     # the unstaged control: one override caps every stage alike
-    flat = stage_configs(load_config("vision_r1", ["rollout.think_budget=128"]))
+    flat = stage_configs(load_config("vision_r1", ["*:rollout.think_budget=128"]))
     assert {s.rollout.think_budget for s in flat} == {128}
 
 
@@ -128,7 +128,7 @@ def test_each_rl_stage_cuts_thinking_at_its_own_cap(tmp_path, tiny_vlm_dir):
 
 def test_a_flat_cap_enforces_one_limit_throughout(tmp_path, tiny_vlm_dir):
     cfg = load_config(
-        "vision_r1", [*overrides(tiny_vlm_dir, tmp_path), "rollout.think_budget=128"], smoke=True
+        "vision_r1", [*overrides(tiny_vlm_dir, tmp_path), "*:rollout.think_budget=128"], smoke=True
     )
     config = stage_configs(cfg)[1]  # the first RL stage, 32 tokens when staged
     config.model.name = str(tiny_vlm_dir)

@@ -58,13 +58,23 @@ def load_config(
     data.setdefault("recipe", path.stem)
     stages = data.pop("stages", None) or []
     smoke_settings = data.pop("smoke", None) or {}
-    overrides = list(overrides or [])
-    overrides = (_smoke_overrides(data, smoke_settings, overrides) if smoke else []) + overrides
-    resolved = [_stage_data(data, stage, i, overrides, smoke) for i, stage in enumerate(stages)]
+    user = list(overrides or [])
+    scoped = [_scope(text) for text in user]
+    stage_names = [stage.get("name") for stage in stages if isinstance(stage, dict)]
+    for scope, text in scoped:
+        if scope not in ("", "*") and scope not in stage_names:
+            where = f"its stages are {stage_names}" if stage_names else "it has no stages"
+            raise ConfigError(f"override '{text}' names stage '{scope}', but {path.stem}: {where}")
+    # The framework's smoke settings act in every stage, like a '*:' override.
+    forced = [
+        ("*", text) for text in (_smoke_overrides(data, smoke_settings, user) if smoke else [])
+    ]
+    scoped = forced + scoped
+    resolved = [_stage_data(data, stage, i, scoped, smoke) for i, stage in enumerate(stages)]
     names = [stage["trainer"]["run_name"] for stage in resolved]
     if len(set(names)) != len(names):
         raise ConfigError(f"stage names must be distinct, got {[s['name'] for s in stages]}")
-    _apply_overrides(data, overrides)
+    _apply_overrides(data, [text for scope, text in scoped if scope in ("", "*")])
     cfg = _build(data, smoke)
     cfg.stages = [_build(stage, smoke).to_dict() for stage in resolved]
     return cfg
@@ -92,6 +102,40 @@ def _smoke_overrides(
         return list(SMOKE_OVERRIDES) + extra
     budgets = ("rollout.max_tokens_per_turn=", "rollout.max_total_tokens=")
     return [text for text in SMOKE_OVERRIDES if not text.startswith(budgets)] + extra
+
+
+def _scope(text: str) -> tuple[str, str]:
+    """`STAGE:section.key=value` -> ("STAGE", "section.key=value"); `*:` -> every stage, even one
+    that sets the key itself; no prefix -> ("", text). The colon is looked for in the key only
+    (values such as env.reward_fn=file.py:fn keep theirs)."""
+    key = text.split("=", 1)[0]
+    if ":" not in key:
+        return "", text
+    scope, rest = text.split(":", 1)
+    return scope.strip(), rest
+
+
+def _flat_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out += _flat_keys(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _get_dotted(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted key, or a marker where the path is missing or not a mapping."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+_MISSING = object()
 
 
 def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
@@ -125,10 +169,19 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stage_data(
-    recipe: dict[str, Any], stage: Any, index: int, overrides: list[str], smoke: bool
+    recipe: dict[str, Any],
+    stage: Any,
+    index: int,
+    overrides: list[tuple[str, str]],
+    smoke: bool,
 ) -> dict[str, Any]:
-    """One stage's settings: the recipe, then the stage's sections, then the overrides; its run
-    directory is the recipe's run directory / the stage name."""
+    """One stage's settings: the recipe, then the stage's sections, then the overrides (scope,
+    text) that reach it; its run directory is the recipe's run directory / the stage name.
+
+    An unscoped override acts in every stage, so one that changes a key the stage sets itself is
+    a ConfigError: `warm_start.num_tasks=48` on a recipe whose RL stage says
+    `warm_start: {num_tasks: 0}` would silently give that stage a warm start. The user says
+    which: `STAGE:key=value` (that stage only) or `*:key=value` (every stage)."""
     if not isinstance(stage, dict) or not isinstance(stage.get("name"), str):
         raise ConfigError(f"stages[{index}] must be a mapping with a 'name' (got {stage!r})")
     name = stage["name"]
@@ -136,8 +189,22 @@ def _stage_data(
         raise ConfigError(f"stages[{index}].name={name!r}: use letters, digits, - and _ only")
     if "stages" in stage or "recipe" in stage:
         raise ConfigError(f"stages[{index}] ({name}) cannot set 'stages' or 'recipe'")
-    data = _merge(recipe, {k: v for k, v in stage.items() if k != "name"})
-    _apply_overrides(data, overrides)
+    own = {k: v for k, v in stage.items() if k != "name"}
+    data = _merge(recipe, own)
+    own_keys = _flat_keys(own)
+    for scope, text in overrides:
+        if scope != "":
+            continue
+        changed = copy.deepcopy(data)
+        _apply_overrides(changed, [text])
+        clash = [k for k in own_keys if _get_dotted(changed, k) != _get_dotted(data, k)]
+        if clash:
+            raise ConfigError(
+                f"override '{text}' would replace what stage '{name}' sets itself "
+                f"({clash[0]}={_get_dotted(data, clash[0])!r}); say which: '{name}:{text}' for "
+                f"that stage only, or '*:{text}' for every stage"
+            )
+    _apply_overrides(data, [text for scope, text in overrides if scope in ("", "*", name)])
     trainer = data.setdefault("trainer", {})
     trainer["run_name"] = f"{trainer.get('run_name') or data['recipe']}/{name}"
     data["description"] = f"{data.get('description', '')} [stage {index + 1}: {name}]".strip()
