@@ -231,6 +231,13 @@ class HFGenerator:
         self._kv_images: dict[tuple[int, ...], tuple[str, ...]] = {}  # stored KV's pictures
         self._kv_weights = self._weights_version()
 
+    def sleep(self) -> None:
+        """The learner's turn (`release_for_update`): drop the KV kept for the next turn of the
+        step's episodes. An update makes it stale anyway, and it is as large as the step's
+        contexts (16 episodes x 512 tokens: ~0.4 GB for the bundled model in float32)."""
+        self._kv_store = {}
+        self._kv_images = {}
+
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
         """Take new weights (a state dict, or None when the model object is shared with the
         learner and already updated in place). Either way cached KV is now stale, and so is the

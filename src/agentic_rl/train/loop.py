@@ -123,6 +123,10 @@ def update_policy(
         metrics.update(
             learner_update(setup.policy, optimizer, batch, cfg, setup.value_head, setup.dp)
         )
+        # The gradients are consumed: free them (policy and critic, each as large as its
+        # trainable weights) instead of holding them through the next rollout and evaluation;
+        # every update starts with zero_grad, so nothing reads them.
+        optimizer.zero_grad(set_to_none=True)
     sync_weights(setup.generator, setup.policy, updated=useful)
     metrics.update({"samples": 0.0} if batch is None else advantage_metrics(batch, cfg.gigpo.norm))
     metrics["skipped_update"] = float(not useful)
