@@ -85,3 +85,13 @@ def test_trl_attention_per_precision() -> None:
     assert vs_trl.trl_attention("bf16-eager", "bf16") == "eager"
     assert vs_trl.trl_attention("bf16-eager", "fp32") == "sdpa"
     assert vs_trl.trl_attention("eager", "fp32") == "eager"
+
+
+def test_ours_does_one_update_per_step_as_trl() -> None:
+    # TRL: num_iterations=1, steps_per_generation=1 -> one optimizer step on the step's batch.
+    # The default recipe's PPO mini-batches (2) would make ours do a pi_old forward and two
+    # optimizer steps: more work than TRL's, and a different update.
+    for precision in ("fp32", "bf16"):
+        cfg = vs_trl.our_config(64, 8, 2, 5e-6, precision, one_micro_batch=True)
+        assert (cfg.algo.ppo_mini_batches, cfg.algo.epochs) == (1, 1)
+        assert cfg.optim.micro_batch_size == 16 and cfg.algo.kl_coef == 0.0

@@ -303,6 +303,10 @@ class HFGenerator:
             first = {row: i for i, row in reversed(list(enumerate(row_of)))}
             rows = [images[first[u]] for u in range(len(unique))]
             cache, attn, positions, logits = self._prefill([k[0] for k in unique], rows)
+        # The stored KV has been read; this call's end replaces it (only the latest call's
+        # sequences can be continued), so holding it through decoding would only double the
+        # KV memory of a long multi-turn batch.
+        self._kv_store, self._kv_images = {}, {}
         expand = torch.tensor(row_of, device=attn.device)
         cache.batch_select_indices(expand)
         attn, logits = attn[expand], logits[expand]
