@@ -1,11 +1,9 @@
 """Learning per wall-clock on CPU: this project vs TRL's GRPOTrainer, same task, same budget.
 
-TRL cannot run the default recipe's multi-turn protocol (the model writes `<search>...</search>`,
-the framework inserts results and generation continues): its GRPOTrainer generates one
-completion per prompt, and its tool calling needs a chat template with a tool-call format, which
-SmolLM2's has not. So both sides train on the single-turn variant of the default task: the
-prompt already holds the top-3 BM25 results for the question (what the agent's first search
-would return), and the model answers in one completion.
+The single-turn variant of the default task: the prompt already holds the top-3 BM25 results
+for the question (what the agent's first search would return), and the model answers in one
+completion. (Written when TRL's GRPOTrainer could not run multi-turn tool use; TRL 1.16 can,
+and `learning_vs_trl_multiturn.py` compares the two on the multi-turn protocol itself.)
 
 - model: the bundled SmolLM2-135M-Instruct, fp32, from the same weights on both sides;
 - data: `search_qa` train questions in the same order (step s: questions 2s and 2s+1), 8 samples
