@@ -125,7 +125,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from agentic_rl.config.load import load_config
-    from agentic_rl.train import loop, setup, stages
+    from agentic_rl.train import loop, stages
 
     sampler = PhaseSampler(cap_mib=args.cap_mib)
     # The names the loop module calls (it imported them from their modules).
@@ -133,7 +133,6 @@ def main() -> None:
     sampler.wrap(loop, "warm_start", "warm_start")
     sampler.wrap(loop, "_eval_and_log", "eval")
     sampler.wrap(loop, "update_policy", "update")
-    sampler.wrap(loop, "collector", "collect_factory")
     original_collector = loop.collector
 
     def collector(cfg: Any) -> Any:  # tag the returned collect function's calls
@@ -149,7 +148,6 @@ def main() -> None:
         return collect
 
     loop.collector = collector  # type: ignore[assignment]
-    del setup  # (imported so a failure to import it shows here, not mid-run)
 
     start = time.time()
 
