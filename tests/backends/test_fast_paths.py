@@ -1,5 +1,5 @@
 """The generator's bf16 fast paths choose themselves per machine: prepacked linears or not,
-matmul attention or SDPA, by a one-time measurement (`HFGenerator._choose_fast_paths`). The
+matmul attention or SDPA, by a one-time measurement (`backends/fast_paths.py`). The
 choice logic is tested on fake timings; the chosen path must compute what the default does
 (bit-equal without packing, bfloat16 rounding for the other attention)."""
 
@@ -10,8 +10,9 @@ import copy
 import pytest
 import torch
 
-from agentic_rl.backends import hf
-from agentic_rl.backends.hf import HFGenerator, choose_fast_path
+from agentic_rl.backends import fast_paths
+from agentic_rl.backends.fast_paths import choose_fast_path
+from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.backends.packed_linear import PackedLinear, native_bf16, packing_available
 from agentic_rl.model.attention import NAME, use_fast_cpu_attention
 from agentic_rl.types import SamplingParams
@@ -52,7 +53,7 @@ def fake_timer(fastest: tuple[bool, str], calls: list[tuple[bool, str]]):
 @pytest.mark.skipif(not packing_available(), reason="needs oneDNN bf16")
 @pytest.mark.parametrize("fastest", [PLAIN_SDPA, PACKED_MATMUL, PLAIN_MATMUL])
 def test_generator_takes_the_measured_fastest_path(tiny, tokenizer, monkeypatch, fastest) -> None:
-    monkeypatch.setattr(hf, "MEASURE_MIN_PARAMS", 0)
+    monkeypatch.setattr(fast_paths, "MEASURE_MIN_PARAMS", 0)
     calls: list[tuple[bool, str]] = []
     monkeypatch.setattr(HFGenerator, "_time_step", fake_timer(fastest, calls))
     model = copy.deepcopy(tiny)
@@ -61,7 +62,7 @@ def test_generator_takes_the_measured_fastest_path(tiny, tokenizer, monkeypatch,
     compute = chosen._compute_model()
     # every candidate timed: one warm-up round + MEASURE_REPEATS rounds
     assert sorted(set(calls)) == sorted([PACKED_MATMUL, PLAIN_MATMUL, PACKED_SDPA, PLAIN_SDPA])
-    assert len(calls) == 4 * (hf.MEASURE_REPEATS + 1)
+    assert len(calls) == 4 * (fast_paths.MEASURE_REPEATS + 1)
     record = chosen.fast_paths
     assert record is not None and record["chosen_by"] == "measurement"
     assert (record["packed_weights"], record["attention"]) == fastest
@@ -142,7 +143,7 @@ def test_a_failed_measurement_keeps_the_defaults(tiny, tokenizer, monkeypatch) -
     def broken(*args, **kwargs):
         raise RuntimeError("no KV cache here")
 
-    monkeypatch.setattr(hf, "MEASURE_MIN_PARAMS", 0)
+    monkeypatch.setattr(fast_paths, "MEASURE_MIN_PARAMS", 0)
     monkeypatch.setattr(HFGenerator, "_time_step", broken)
     model = copy.deepcopy(tiny)
     use_fast_cpu_attention(model)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.backends.packed_linear import BF16_FLAGS, PackedLinear, native_bf16, pack_linears
-from agentic_rl.model.attention import NAME as MATMUL_ATTENTION
+from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_step
+from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.model.attention import register_if_used
 from agentic_rl.model.prefix_sharing import cache_keyword
 from agentic_rl.model.vision import VISION_TOKENS, spec_of_model, vision_inputs
@@ -116,39 +115,6 @@ def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return (block * SAMPLING_BLOCK + offset).squeeze(-1).clamp(max=vocab - 1)
 
 
-log = logging.getLogger(__name__)
-
-FastPath = tuple[bool, str]
-"""A bf16 decoding configuration: (oneDNN-prepacked linears?, attention implementation)."""
-
-MEASURE_MIN_PARAMS = 20_000_000
-"""Smallest model whose bf16 fast paths are chosen by measurement. Below it a decoding step is
-per-operation overhead whatever the kernels (and a test model keeps the defaults, so its
-outputs do not depend on timings)."""
-MEASURE_CONTEXT = 96
-"""KV positions of the measured decoding step (the bench's prompts are ~85 tokens)."""
-MEASURE_REPEATS = 3
-"""Timed repetitions per candidate (after one warm-up), interleaved; the minimum counts."""
-CHOICE_MARGIN = 0.05
-"""Another candidate replaces the default only if it is this much faster (noise guard)."""
-
-
-def choose_fast_path(
-    seconds: Mapping[FastPath, float], default: FastPath, margin: float = CHOICE_MARGIN
-) -> FastPath:
-    """The fastest candidate of `seconds` (candidate -> its best measured decoding step), but the
-    default unless the fastest beats it by more than `margin` (a fraction): a shared machine's
-    noise should not flip a choice that was measured to pay on the machine it was tuned on."""
-    if default not in seconds:
-        raise ValueError(f"the default {default} was not measured: {sorted(seconds)}")
-    best = min(seconds, key=lambda c: seconds[c])
-    return best if seconds[best] < (1 - margin) * seconds[default] else default
-
-
-def device_is_cpu(model: nn.Module) -> bool:
-    return next(model.parameters()).device.type == "cpu"
-
-
 def _layered_cache_available() -> bool:
     from transformers import DynamicCache
 
@@ -201,12 +167,11 @@ class HFGenerator:
         # With bf16, the copy's linear layers run on oneDNN-packed weights (packed_linear.py)
         # and its attention on the model's (the matmul attention when model.fast_cpu_attention)
         # unless `choose_fast_paths` measures another combination faster on this machine
-        # (`_choose_fast_paths`); `fast_paths` records what was chosen and why.
+        # (backends/fast_paths.py); `fast_paths` records what was chosen and why.
         self.packed_weights = packed_weights
         self.choose_fast_paths = choose_fast_paths
         self._packed: list[PackedLinear] = []
         self.fast_paths: dict[str, Any] | None = None
-        self._stash: list[torch.Tensor | None] = []  # packed weights while measuring
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         eos = list(eos_token_ids or [])
@@ -497,7 +462,12 @@ class HFGenerator:
                 param.data = param.data.to(torch.bfloat16)
             if self.packed_weights:
                 self._packed = pack_linears(self._bf16_model, self.max_batch_size)
-            self.fast_paths = self._choose_fast_paths(self._bf16_model)
+            rows = max(1, min(self.max_batch_size, 16))
+            self.fast_paths = measure_fast_paths(
+                self._bf16_model, self._packed, rows, self._time_step, self.choose_fast_paths
+            )
+            if not self.fast_paths["packed_weights"]:
+                self._packed = []  # the layers run plain: nothing to re-pack with new weights
         elif version != self._bf16_version:
             pairs = zip(self._bf16_model.parameters(), self.model.parameters(), strict=True)
             for low, full in pairs:
@@ -507,109 +477,13 @@ class HFGenerator:
         self._bf16_version = version
         return self._bf16_model
 
-    def _choose_fast_paths(self, model: nn.Module) -> dict[str, Any]:
-        """Pick the bf16 copy's fast paths on this machine, once, when the copy is made.
-
-        Candidates: prepacked linears or not (when packing is available: `pack_linears`
-        packed something), the matmul attention or PyTorch's SDPA (when the model is set to the
-        matmul attention). Each is timed on a decoding step of the bench's shape (`_time_step`);
-        `choose_fast_path` keeps the default (packed, the model's attention: what was fastest
-        where it was tuned) unless another is clearly faster. The copy's config is its own, so
-        switching its attention leaves the learner's model alone. Packing is bit-equal; the two
-        attentions differ by bfloat16 rounding. Returns the record kept in `fast_paths`."""
-        config = getattr(model, "config", None)
-        attention = getattr(config, "_attn_implementation", None)
-        default: FastPath = (bool(self._packed), str(attention))
-        record: dict[str, Any] = {
-            "packed_weights": default[0],
-            "attention": default[1],
-            "native_bf16": native_bf16(),
-            "chosen_by": "default",
-        }
-        if not record["native_bf16"] and device_is_cpu(model):
-            log.warning(
-                "bf16 generation on a CPU without native bfloat16 (no %s flag): oneDNN "
-                "emulates it; float32 (rollout.mixed_precision=no) may be as fast",
-                " / ".join(BF16_FLAGS),
-            )
-        packs = [True, False] if self._packed else [default[0]]
-        attentions = [MATMUL_ATTENTION, "sdpa"] if attention == MATMUL_ATTENTION else [attention]
-        candidates = [(p, str(a)) for p in packs for a in attentions]
-        params = sum(p.numel() for p in model.parameters())
-        if not self.choose_fast_paths or len(candidates) == 1 or not device_is_cpu(model):
-            return record
-        if params < MEASURE_MIN_PARAMS:
-            record["chosen_by"] = f"default (model under {MEASURE_MIN_PARAMS:,} parameters)"
-            return record
-        rows = max(1, min(self.max_batch_size, 16))
-        self._stash = [layer.packed for layer in self._packed]  # switch packing without re-packing
-        best: dict[FastPath, float] = {}
-        try:
-            for repeat in range(MEASURE_REPEATS + 1):  # interleaved; repeat 0 warms up
-                for candidate in candidates:
-                    self._set_fast_path(model, candidate)
-                    seconds = self._time_step(model, rows)
-                    if repeat:
-                        best[candidate] = min(best.get(candidate, float("inf")), seconds)
-        except Exception as err:  # an architecture the synthetic step does not fit
-            self._set_fast_path(model, default)
-            self._stash = []
-            record["chosen_by"] = f"default (measurement failed: {err!r})"
-            log.warning("bf16 generator fast paths: %s", record["chosen_by"])
-            return record
-        chosen = choose_fast_path(best, default)
-        self._set_fast_path(model, chosen)
-        self._stash = []
-        if not chosen[0]:
-            self._packed = []  # nothing to re-pack with new weights
-        record.update(
-            packed_weights=chosen[0],
-            attention=chosen[1],
-            chosen_by="measurement",
-            step_ms={f"{'packed' if p else 'plain'}+{a}": 1000 * t for (p, a), t in best.items()},
-        )
-        log.info("bf16 generator fast paths: %s", record)
-        return record
-
-    def _set_fast_path(self, model: nn.Module, path: FastPath) -> None:
-        packed, attention = path
-        for layer, weight in zip(self._packed, self._stash, strict=True):
-            layer.packed = weight if packed else None  # None: PackedLinear runs F.linear
-        if model.config._attn_implementation != attention:
-            model.config._attn_implementation = attention
-
     def _time_step(
         self, model: nn.Module, rows: int, clock: Callable[[], float] = time.perf_counter
     ) -> float:
-        """Seconds of one decoding forward of `rows` rows over a KV cache of MEASURE_CONTEXT
-        positions (zero keys and values: the kernels' time does not depend on the values; one
-        left-padding position in every other row, as a batch of prompts of different lengths
-        has), called as the generator's `_forward` calls the model."""
-        from transformers import DynamicCache
-
-        config = model.config
-        config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        cache = DynamicCache()
-        shape = (rows, kv_heads, MEASURE_CONTEXT, dim)
-        for layer in range(config.num_hidden_layers):
-            zeros = torch.zeros(shape, dtype=torch.bfloat16)
-            cache.update(zeros, torch.zeros(shape, dtype=torch.bfloat16), layer)
-        attn = torch.ones((rows, MEASURE_CONTEXT + 1), dtype=torch.long)
-        attn[::2, 0] = 0
-        ids = torch.full((rows, 1), self.pad_token_id, dtype=torch.long)
-        positions = torch.full((rows, 1), MEASURE_CONTEXT, dtype=torch.long)
-        kwargs: dict[str, Any] = {self._cache_kw: cache}
-        if self._keep_kw:
-            kwargs[self._keep_kw] = 1
-        with torch.no_grad():
-            start = clock()
-            model(
-                input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **kwargs
-            )
-            return clock() - start
+        """One decoding forward of `rows` rows, timed, called as `_forward` calls the model."""
+        return time_decoding_step(
+            model, rows, self._cache_kw, self._keep_kw, self.pad_token_id, clock
+        )
 
     def _hit_stop(self, tokens: list[int], stops: list[str], tail_chars: int) -> bool:
         """Did the newest token complete a stop string? Decodes only a short tail: each token is

@@ -14,7 +14,7 @@ gradients, and it is re-packed whenever the learner's weights change. Where the 
 missing (a PyTorch build without oneDNN bf16 support) nothing is replaced. The gain above was
 measured on one CPU (AVX512-BF16); on others the generator times a decoding step with and
 without the packed weights when it makes its copy and keeps the faster
-(`HFGenerator._choose_fast_paths`; a `PackedLinear` whose `packed` is None runs `F.linear`).
+(`backends/fast_paths.py`; a `PackedLinear` whose `packed` is None runs `F.linear`).
 """
 
 from __future__ import annotations

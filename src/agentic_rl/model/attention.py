@@ -16,7 +16,7 @@ Transformers' own SDPA path unchanged.
 default on); the attention mask is built exactly as for "sdpa" (a boolean mask, or None when
 plain causal). The timings above are of one CPU (AVX512-BF16, 2 cores): for decoding, the
 generator's bfloat16 copy of a model set to this attention times a decoding step on it and on
-SDPA once and switches to SDPA where that is clearly faster (`HFGenerator._choose_fast_paths`);
+SDPA once and switches to SDPA where that is clearly faster (`backends/fast_paths.py`);
 the learner keeps the model's setting.
 """
 
