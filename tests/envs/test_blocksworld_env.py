@@ -11,16 +11,18 @@ import pytest
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.blocksworld import (
     BlocksworldEnv,
+    knowledge_rule,
+    make_blocksworld_tasks,
+    task_problem,
+)
+from agentic_rl.envs.blocksworld_domain import (
     apply_action,
     check_plan,
     goal_progress,
-    knowledge_rule,
     legal_actions,
-    make_blocksworld_tasks,
     parse_state,
     solve,
     state_text,
-    task_problem,
 )
 from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.types import Action

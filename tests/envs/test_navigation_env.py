@@ -1,23 +1,23 @@
-"""The VLN-R1 navigation env (envs/embodied/navigation.py): generated houses, route
-instructions, 6-action chunks executed in order, the time-decayed chunk reward, the expert."""
+"""The VLN-R1 navigation env (envs/embodied/navigation.py) and its houses (envs/embodied/house.py):
+generated houses, route instructions, 6-action chunks executed in order, the time-decayed chunk
+reward, the expert."""
 
 from __future__ import annotations
 
 import pytest
 
 from agentic_rl.envs.base import check_env
-from agentic_rl.envs.embodied.navigation import (
+from agentic_rl.envs.embodied.house import (
     ACTIONS,
     FORWARD,
     LEFT,
     RIGHT,
     STOP,
     HouseMap,
-    NavigationEnv,
-    make_vln_tasks,
     shortest_path,
     step_pose,
 )
+from agentic_rl.envs.embodied.navigation import NavigationEnv, make_vln_tasks
 from agentic_rl.envs.registry import env_class, task_generator
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.rewards.time_decay import time_decay_reward

@@ -1,6 +1,6 @@
-"""VLN-R1 navigation with rendered observations (`render="image"`, navigation.py): each
-observation carries a fixed-size top-down picture of the current state, stored by hash; the
-default "text" carries none."""
+"""VLN-R1 navigation with rendered observations (`render="image"`, navigation.py,
+house_render.py): each observation carries a fixed-size top-down picture of the current state,
+stored by hash; the default "text" carries none."""
 
 from __future__ import annotations
 
@@ -11,14 +11,9 @@ import pytest
 from PIL import Image
 
 from agentic_rl.envs.base import check_env
-from agentic_rl.envs.embodied.navigation import (
-    DELTAS,
-    VIEW_NOTE,
-    HouseMap,
-    NavigationEnv,
-    make_vln_tasks,
-    render_house,
-)
+from agentic_rl.envs.embodied.house import DELTAS, HouseMap
+from agentic_rl.envs.embodied.house_render import render_house
+from agentic_rl.envs.embodied.navigation import VIEW_NOTE, NavigationEnv, make_vln_tasks
 from agentic_rl.model.vision import load_image
 from agentic_rl.types import Action, ImageRef
 

@@ -5,13 +5,11 @@ import pytest
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.discrete import parse_action, split_actions
 from agentic_rl.envs.registry import ENVS, TASKS, make_env
-from agentic_rl.envs.sokoban import (
+from agentic_rl.envs.sokoban import SokobanEnv, level_task, make_sokoban_tasks
+from agentic_rl.envs.sokoban_levels import (
     ACTIONS,
     LevelError,
-    SokobanEnv,
-    level_task,
     live_cells,
-    make_sokoban_tasks,
     parse_xsb,
     read_xsb_levels,
     solve,

@@ -18,15 +18,8 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.embodied.navigation import (
-    ACTIONS,
-    FORWARD,
-    LEFT,
-    RIGHT,
-    STOP,
-    NavigationEnv,
-    make_vln_tasks,
-)
+from agentic_rl.envs.embodied.house import ACTIONS, FORWARD, LEFT, RIGHT, STOP
+from agentic_rl.envs.embodied.navigation import NavigationEnv, make_vln_tasks
 from agentic_rl.envs.from_config import env_kwargs
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.collect import play
