@@ -37,6 +37,16 @@ STEP_REWARD, BOX_ON_REWARD, BOX_OFF_REWARD, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.
 MAX_SOLVER_NODES = 200_000
 
 
+RAGEN_SYMBOLS = {
+    "wall": "#", "player": "P", "player_on_goal": "S", "box": "X", "box_on_goal": "√",
+    "floor": "_", "goal": "O",
+}  # fmt: skip
+XSB_SYMBOLS = {
+    "wall": "#", "player": "@", "player_on_goal": "+", "box": "$", "box_on_goal": "*",
+    "floor": " ", "goal": ".",
+}  # fmt: skip
+
+
 class LevelError(ValueError):
     """A Sokoban level that cannot be used (malformed, unsolvable); the message says why."""
 
@@ -68,39 +78,28 @@ class Level:
 
     def render(self) -> str:
         """RAGEN's text grid (see the module docstring)."""
-        rows = []
-        for r in range(self.height):
-            row = []
-            for c in range(self.width):
-                cell = (r, c)
-                goal = cell in self.goals
-                if cell in self.walls:
-                    row.append("#")
-                elif cell == self.player:
-                    row.append("S" if goal else "P")
-                elif cell in self.boxes:
-                    row.append("√" if goal else "X")
-                else:
-                    row.append("O" if goal else "_")
-            rows.append("".join(row))
-        return "\n".join(rows)
+        return self._grid(RAGEN_SYMBOLS)
 
     def to_xsb(self) -> str:
         """The level in XSB text (what `parse_xsb` reads back)."""
+        return self._grid(XSB_SYMBOLS)
+
+    def _grid(self, symbols: dict[str, str]) -> str:
+        """Rows of one character a cell, `symbols` naming each kind of cell."""
         rows = []
         for r in range(self.height):
             row = []
             for c in range(self.width):
                 cell = (r, c)
-                goal = cell in self.goals
+                on_goal = "_on_goal" if cell in self.goals else ""
                 if cell in self.walls:
-                    row.append("#")
+                    row.append(symbols["wall"])
                 elif cell == self.player:
-                    row.append("+" if goal else "@")
+                    row.append(symbols["player" + on_goal])
                 elif cell in self.boxes:
-                    row.append("*" if goal else "$")
+                    row.append(symbols["box" + on_goal])
                 else:
-                    row.append("." if goal else " ")
+                    row.append(symbols["goal" if on_goal else "floor"])
             rows.append("".join(row))
         return "\n".join(rows)
 
