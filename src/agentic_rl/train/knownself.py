@@ -300,6 +300,11 @@ def _pairs_and_dpo(
     print(f"{len(pairs)} DPO pairs from {len(pair_tasks)} played tasks", flush=True)
     record("pairs", pairs=len(pairs), played=len(pair_tasks), dpo={})
     if not pairs:
+        print(
+            "DPO skipped: the SFT model solved every pair task, so no failed episode pairs "
+            "with a gold one (more knownself.pair_tasks, or harder tasks, give failures)",
+            flush=True,
+        )
         return
     dpo = dpo_from_config(
         cfg, setup.policy, pairs, setup.tokenizer.pad_token_id, nll_coef=k.nll_coef
