@@ -51,6 +51,8 @@ def overrides(args: argparse.Namespace, seed: int, algo: str) -> list[str]:
         "gigpo.norm=mean_std_norm",
         f"rollout.eval_batch_size={min(args.eval_tasks, 8)}",
         "trainer.progress=false",
+        *(["learner.mixed_precision=bf16", "rollout.mixed_precision=bf16"] if args.bf16 else []),
+        *args.set,
     ]
 
 
@@ -110,6 +112,10 @@ def main() -> None:
     parser.add_argument("--warm-episodes", type=int, default=32)
     parser.add_argument("--warm-epochs", type=int, default=2)
     parser.add_argument("--warm-lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--bf16", action="store_true", help="bf16 autocast: warm start, rollouts and updates"
+    )
+    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides (both arms)")
     parser.add_argument("--out", default="", help="results JSON (default bench/results/...)")
     parser.add_argument("--precompile", action="store_true", help="compile the games, exit")
     args = parser.parse_args()
@@ -123,7 +129,8 @@ def main() -> None:
     before = evaluate(setup)
     demos, episodes = expert_demos(setup, args.warm_episodes)
     train_sft(setup.policy, demos, setup.tokenizer.pad_token_id, epochs=args.warm_epochs,
-              lr=args.warm_lr, batch_size=8, micro_batch_size=2, seed=args.seeds[0])  # fmt: skip
+              lr=args.warm_lr, batch_size=8, micro_batch_size=2, seed=args.seeds[0],
+              mixed_precision="bf16" if args.bf16 else "no")  # fmt: skip
     warm = evaluate(setup)
     weights = copy.deepcopy(setup.policy.state_dict())
     print(f"untrained {before}\nwarm start ({episodes} expert episodes) {warm}", flush=True)
@@ -144,6 +151,8 @@ def main() -> None:
             for step in range(1, args.steps + 1):
                 set_learning_rate(optimizer, cfg, step)
                 rows.append(train_step(run, optimizer, step))
+                print(f"[{algo} seed {seed}] step {step}: success {rows[-1].get('success', 0):.2f} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
             seconds = time.perf_counter() - start
             after = evaluate(run)
             runs.append(
