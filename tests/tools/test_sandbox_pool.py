@@ -12,10 +12,10 @@ import threading
 import pytest
 
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import (
+from agentic_rl.tools.sandbox.pool import SandboxPool
+from agentic_rl.tools.sandbox.worker_process import (
     ALLOW_UNISOLATED_ENV,
     SANDBOX_DIR,
-    SandboxPool,
     SandboxUnavailableError,
 )
 

@@ -150,7 +150,7 @@ def test_cli_hook_adds_serve_sandbox():
 
 def test_serve_sandbox_has_the_allow_unisolated_switch(monkeypatch, capsys):
     from agentic_rl.tools.sandbox import cli, server
-    from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
+    from agentic_rl.tools.sandbox.worker_process import SandboxUnavailableError
 
     parser = argparse.ArgumentParser()
     cli.add_sandbox_command(parser.add_subparsers())

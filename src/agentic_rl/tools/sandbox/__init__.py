@@ -1,7 +1,8 @@
 """A Python sandbox for model-written code: separate processes under OS limits, a warm pool.
 
-Each worker is started once, isolated, and forks a fresh child per execution (`pool.py`,
-`_worker.py`). How it is isolated depends on what the machine allows, tried in this order
+Each worker is started once, isolated, and forks a fresh child per execution (`pool.py` keeps
+them warm, `worker_process.py` starts and talks to one, `_worker.py` runs inside it). How it is
+isolated depends on what the machine allows, tried in this order
 (`SandboxPool.isolation["mode"]` says which one is in force, with a flag per mechanism):
 
 1. "bwrap": bubblewrap (Debian's `bubblewrap`; `_bwrap.py`) with new user (when not root),
@@ -49,8 +50,9 @@ dropped, never trained on (train/collect.py).
 
 from agentic_rl.tools.sandbox.client import PythonTool, SandboxClient, format_result
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import SandboxPool, SandboxUnavailableError
+from agentic_rl.tools.sandbox.pool import SandboxPool
 from agentic_rl.tools.sandbox.server import SandboxServer, serve_sandbox
+from agentic_rl.tools.sandbox.worker_process import SandboxUnavailableError
 
 __all__ = [
     "ExecutionResult",

@@ -28,7 +28,7 @@ def _cmd_serve_sandbox(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}")
         return 2
-    from agentic_rl.tools.sandbox.pool import SandboxUnavailableError
+    from agentic_rl.tools.sandbox.worker_process import SandboxUnavailableError
 
     try:
         serve_sandbox(

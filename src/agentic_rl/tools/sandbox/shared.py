@@ -15,7 +15,8 @@ import threading
 
 from agentic_rl.tools.sandbox.client import CodeRunner, SandboxClient
 from agentic_rl.tools.sandbox.limits import ExecutionResult, SandboxLimits
-from agentic_rl.tools.sandbox.pool import ALLOW_UNISOLATED_ENV, SandboxPool, plan_isolation
+from agentic_rl.tools.sandbox.pool import SandboxPool
+from agentic_rl.tools.sandbox.worker_process import ALLOW_UNISOLATED_ENV, plan_isolation
 
 _pools: dict[tuple[int, SandboxLimits], SandboxPool] = {}
 
