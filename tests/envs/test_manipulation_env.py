@@ -9,14 +9,9 @@ import re
 import pytest
 
 from agentic_rl.envs.base import check_env
+from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, code_word_ids
 from agentic_rl.envs.discrete import ActionTool
-from agentic_rl.envs.embodied.action_tokens import (
-    ACTION_WORDS,
-    MAX_BINS,
-    ActionCodec,
-    ActionDecodeError,
-    action_token_ids,
-)
+from agentic_rl.envs.embodied.action_tokens import ActionCodec, ActionDecodeError
 from agentic_rl.envs.embodied.manipulation import (
     ManipulationEnv,
     TableSim,
@@ -41,13 +36,13 @@ def test_bins_by_hand():
         0, 0, 0, 1, 2, 2, 3, 3, 3,
     ]  # fmt: skip
     assert [codec.centre(k) for k in range(4)] == [-0.75, -0.25, 0.25, 0.75]
-    assert codec.encode([0.3, -2.0]) == f" {ACTION_WORDS[2]} {ACTION_WORDS[0]}"
+    assert codec.encode([0.3, -2.0]) == f" {CODE_WORDS[2]} {CODE_WORDS[0]}"
     assert codec.decode(codec.encode([0.3, -2.0])) == [0.25, -0.75]  # clipped, bin centres
 
 
 def test_action_words_are_the_vocabulary_tail_one_token_each(tokenizer):
-    ids = action_token_ids(tokenizer)
-    assert len(ids) == MAX_BINS == len(set(ids))
+    ids = code_word_ids(tokenizer)
+    assert len(ids) == NUM_CODE_WORDS == len(set(ids))
     # the last 256 whole lower-case words with a leading space, from the end of the vocabulary
     tail: list[int] = []
     for i in range(len(tokenizer) - 1, 0, -1):
@@ -55,9 +50,9 @@ def test_action_words_are_the_vocabulary_tail_one_token_each(tokenizer):
         single = list(tokenizer(word, add_special_tokens=False)["input_ids"]) == [i]
         if re.fullmatch(r" [a-z]{3,}", word) and single:
             tail.append(i)
-        if len(tail) == MAX_BINS:
+        if len(tail) == NUM_CODE_WORDS:
             break
-    assert ids == tail[:MAX_BINS] and ids[0] == len(tokenizer) - 3
+    assert ids == tail[:NUM_CODE_WORDS] and ids[0] == len(tokenizer) - 3
 
 
 @pytest.mark.parametrize("num_bins", [11, 256])
@@ -65,7 +60,7 @@ def test_action_token_round_trip(tokenizer, num_bins):
     """bins -> action text -> token ids (one per dimension, the bin's token) -> decoded text ->
     parsed action -> bins: exact, for every bin in every position."""
     codec = ActionCodec(num_bins)
-    ids_of = action_token_ids(tokenizer, num_bins)
+    ids_of = code_word_ids(tokenizer, num_bins)
     fmt = TagFormat([ActionTool()])
     for k in range(num_bins):
         bins = [k, num_bins - 1 - k, (k * 7) % num_bins]
@@ -83,7 +78,7 @@ def test_malformed_and_out_of_range_actions_raise_with_a_reason():
     with pytest.raises(ActionDecodeError, match="'left' is not an action token"):
         codec.decode_bins("left exfol exfol")
     with pytest.raises(ActionDecodeError, match="bin 11, out of range"):
-        codec.decode_bins(f"exfol exfol {ACTION_WORDS[11]}")
+        codec.decode_bins(f"exfol exfol {CODE_WORDS[11]}")
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +137,7 @@ def test_bad_actions_are_error_observations_with_the_vla_rl_penalty(tasks):
     env = ManipulationEnv(**OPTS)
     env.reset(tasks[0], 0)
     state = env.state_text()
-    for text in ("go left", f"exfol exfol {ACTION_WORDS[200]}", "exfol exfol"):
+    for text in ("go left", f"exfol exfol {CODE_WORDS[200]}", "exfol exfol"):
         result = env.step(act(text))
         assert result.observation.name == "error" and "Invalid action" in result.observation.content
         assert result.info == {"invalid_action": 1} and result.reward == -1.0

@@ -14,7 +14,7 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.embodied.action_tokens import ACTION_WORDS, action_token_ids
+from agentic_rl.envs.code_words import CODE_WORDS, code_word_ids
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.collect import play
 from agentic_rl.train.setup import build
@@ -45,7 +45,7 @@ def test_smoke_trains_ppo_with_a_critic(tmp_path, scripted, warm_start_episodes)
 def test_action_tokens_decode_from_the_trajectory_and_bad_actions_are_data(scripted, tokenizer):
     setup = build(load_config("vla_rl", SMOKE, smoke=True))
     num_bins = setup.cfg.env.options["num_bins"]
-    ids_of = action_token_ids(tokenizer, num_bins)
+    ids_of = code_word_ids(tokenizer, num_bins)
     bin_of_id = {i: k for k, i in enumerate(ids_of)}
     chosen: dict[int, list[list[int]]] = {}
 
@@ -53,7 +53,7 @@ def test_action_tokens_decode_from_the_trajectory_and_bad_actions_are_data(scrip
         if index == 1:  # malformed, then out of range (a bin past num_bins), then garbage
             bad = [
                 "<action>exfol exfol</action>",
-                f"<action>exfol exfol {ACTION_WORDS[100]}</action>",
+                f"<action>exfol exfol {CODE_WORDS[100]}</action>",
             ]
             return bad[turn] if turn < 2 else "<action>go left now</action>"
         bins = ep.env.expert_bins()

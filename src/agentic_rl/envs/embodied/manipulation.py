@@ -11,7 +11,7 @@ Each turn the model sees the instruction and the state as text (positions in tab
 5 cm, the gripper's offset to the block and the block's offset to the goal) and answers with one
 action, VLA-RL's end-effector delta plus gripper: `<action> w_dx w_dy w_grip</action>`, one
 action token per dimension (envs/embodied/action_tokens.py: `num_bins` uniform bins over
-[-1, 1], bin k written as the vocabulary token ACTION_WORDS[k], decoded at the bin centre).
+[-1, 1], bin k written as the vocabulary token CODE_WORDS[k], decoded at the bin centre).
 The move is (k - (num_bins - 1) / 2) * `bin_step` metres per axis, clamped to the table (so with
 11 bins of 5 cm, bin k moves k - 5 table units); a grip value above 0 closes the gripper after
 the move (grasping the block under it, within 5 cm), at most 0 opens it (releasing).
