@@ -1,6 +1,7 @@
 """The vLLM generator's own logic against a stand-in engine (vLLM needs a GPU): request
-building, output conversion, weight and adapter sync, sleep/wake, config. The real engine is
-exercised by the `gpu` test at the end and by bench/gpu_check.sh."""
+building (with images for a vision-language policy), output conversion, weight and adapter
+sync, sleep/wake, config. The real engine is exercised by the `gpu` test at the end and by
+bench/gpu_check.sh; the image path has not run on a real engine."""
 
 from __future__ import annotations
 
@@ -9,16 +10,28 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from agentic_rl.backends import vllm as vb
 from agentic_rl.backends.base import make_generator, release_for_update, sync_weights
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model import load as model_load
 from agentic_rl.model.errors import ModelLoadError
-from agentic_rl.model.load import load_policy
+from agentic_rl.model.load import load_policy, load_tokenizer
+from agentic_rl.model.tokens import encode_prompt
+from agentic_rl.model.vision import (
+    IMAGE_TOKEN,
+    VISION_TOKENS,
+    ImageError,
+    image_text,
+    save_image,
+    spec_of_dir,
+)
 from agentic_rl.types import SamplingParams
 
 
@@ -46,13 +59,20 @@ class FakeModel:
 
 @dataclass
 class FakeLLM:
-    """Records what the generator asks of vllm.LLM; answers with scripted outputs."""
+    """Records what the generator asks of vllm.LLM; answers with scripted outputs.
+
+    With `expansion` set it also does what vLLM's multimodal processor does to a token prompt
+    with `multi_modal_data` (Idefics3: each `<image>` input token replaced by the picture's
+    expanded placeholder, `image_token_id` -> `expansion`) and reports the result as the
+    output's `prompt_token_ids`."""
 
     replies: list[Any] = field(default_factory=list)
     calls: list[dict] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)
     model: FakeModel = field(default_factory=FakeModel)
     llm_engine: Any = None
+    image_token_id: int | None = None
+    expansion: list[int] | None = None
 
     def __post_init__(self):
         self.llm_engine = SimpleNamespace(remove_lora=lambda i: self.events.append(("remove", i)))
@@ -60,8 +80,17 @@ class FakeLLM:
     def generate(self, prompts, sampling, use_tqdm=True, lora_request=None):
         self.calls.append({"prompts": prompts, "sampling": sampling, "lora": lora_request})
         return [
-            SimpleNamespace(outputs=[self.replies.pop(0)], num_cached_tokens=3) for _ in prompts
+            SimpleNamespace(outputs=[self.replies.pop(0)], num_cached_tokens=3, **self._seen(p))
+            for p in prompts
         ]
+
+    def _seen(self, prompt):
+        if self.expansion is None:
+            return {}
+        ids = list(prompt["prompt_token_ids"])
+        if "multi_modal_data" in prompt:
+            ids = [t for i in ids for t in (self.expansion if i == self.image_token_id else [i])]
+        return {"prompt_token_ids": ids}
 
     def apply_model(self, func):
         self.events.append(("apply_model",))
@@ -92,6 +121,7 @@ def test_sampling_kwargs_per_request():
     assert a["logprobs"] == 0 and a["skip_special_tokens"] is False and a["n"] == 1
     assert a["seed"] != b["seed"]  # the samples of a group must differ
     assert vb.sampling_kwargs(p, 1)["seed"] == b["seed"]  # and a run stays reproducible
+    assert "bad_words" not in a  # a text-only model bans nothing
     greedy = vb.sampling_kwargs(SamplingParams(temperature=0.0, top_p=0.5, seed=4), 0)
     assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0 and greedy["seed"] is None
     assert vb.request_seed(None, 3) is None
@@ -129,6 +159,173 @@ def test_generate_builds_token_prompts_and_keeps_order(tokenizer):
         gen.generate([[]], SamplingParams())
     with pytest.raises(ValueError, match="sampling params"):
         gen.generate([[1], [2]], [SamplingParams()])
+
+
+# ---------------------------------------------------------------------------------------------
+# Images (a vision-language policy): the tiny grafted Idefics3 of tests/conftest.py
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vlm_tok(tiny_vlm_dir):
+    return load_tokenizer(ModelConfig(name=str(tiny_vlm_dir)))
+
+
+@pytest.fixture
+def pictures(tmp_path):
+    """Three 32 x 32 pictures, each with its own colour and one odd pixel (orientation)."""
+    refs, images = [], []
+    for colour in ((255, 0, 0), (0, 0, 255), (0, 200, 0)):
+        image = Image.new("RGB", (32, 32), colour)
+        image.putpixel((3, 1), (7, 8, 9))
+        refs.append(save_image(image, tmp_path))
+        images.append(image)
+    return refs, images
+
+
+def vlm_prompt(tok, n_images: int, text: str = "What colour?") -> list[int]:
+    return encode_prompt(tok, [{"role": "user", "content": text + image_text(tok) * n_images}])
+
+
+def vlm_llm(tok, replies=(), expansion=None):
+    """A stand-in engine that expands `<image>` as vLLM would for this model directory."""
+    spec = spec_of_dir(tok.name_or_path)
+    placeholder = vb.placeholder_ids(spec, tok)
+    return FakeLLM(
+        replies=list(replies),
+        image_token_id=spec.image_token_id,
+        expansion=placeholder if expansion is None else expansion,
+    )
+
+
+def same_pixels(sent, written) -> bool:
+    return sent.size == written.size and np.array_equal(np.asarray(sent), np.asarray(written))
+
+
+def test_image_prompts_carry_their_pictures_in_placeholder_order(vlm_tok, pictures):
+    """Pictures go into the request's multi_modal_data in placeholder order, each expanded
+    placeholder collapsed to the `<image>` token vLLM expands; text prompts stay plain token
+    prompts; a mixed call keeps its order."""
+    (red, blue, green), (red_im, blue_im, green_im) = pictures
+    tok = vlm_tok
+    spec = spec_of_dir(tok.name_or_path)
+    two, text, one = vlm_prompt(tok, 2), vlm_prompt(tok, 0), vlm_prompt(tok, 1, "And now?")
+    replies = [out([5], [-1.0]), out([6, 7], [-2.0, -3.0]), out([8], [-4.0])]
+    llm = vlm_llm(tok, replies)
+    gen = fake_generator(tok, llm)
+    done = gen.generate(
+        [two, text, one],
+        SamplingParams(max_new_tokens=2, seed=0),
+        images=[[blue, red], [], [green]],
+    )
+    first, plain, third = llm.calls[0]["prompts"]
+    assert plain == {"prompt_token_ids": text}
+    for request, prompt, written in ((first, two, [blue_im, red_im]), (third, one, [green_im])):
+        assert request.keys() == {"prompt_token_ids", "multi_modal_data"}
+        sent = request["multi_modal_data"]["image"]
+        assert len(sent) == len(written)
+        assert all(same_pixels(a, b) for a, b in zip(sent, written, strict=True))
+        ids = request["prompt_token_ids"]  # one `<image>` per picture, nothing else changed
+        assert ids.count(spec.image_token_id) == len(written)
+        assert len(ids) == len(prompt) - len(written) * (len(vb.placeholder_ids(spec, tok)) - 1)
+        wrappers = {tok.convert_tokens_to_ids(t) for t in VISION_TOKENS if t != IMAGE_TOKEN}
+        assert not wrappers & set(ids)
+        expanded = llm._seen(request)["prompt_token_ids"]
+        assert expanded == prompt  # vLLM's expansion gives back the rollout's tokens
+    assert [c.token_ids for c in done] == [[5], [6, 7], [8]]
+    assert gen.prompt_tokens == len(two) + len(text) + len(one)  # the rollout's token counts
+    banned = [s["bad_words"] for s in llm.calls[0]["sampling"]]
+    assert banned == [list(VISION_TOKENS)] * 3  # a VLM never samples its placeholders
+    llm.replies.append(out([1], [0.0]))
+    gen.generate([text], SamplingParams(max_new_tokens=1))  # no images: a plain token prompt
+    assert llm.calls[1]["prompts"] == [{"prompt_token_ids": text}]
+
+
+def test_a_changed_image_file_fails_before_the_engine_runs(vlm_tok, pictures):
+    (red, _, _), _ = pictures
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(red.path, format="PNG")  # same path, new bytes
+    llm = vlm_llm(vlm_tok)
+    gen = fake_generator(vlm_tok, llm)
+    with pytest.raises(ImageError, match="changed since it was shown"):
+        gen.generate([vlm_prompt(vlm_tok, 1)], SamplingParams(), images=[[red]])
+    assert llm.calls == []
+
+
+def test_image_counts_must_match(vlm_tok, tokenizer, pictures):
+    (red, blue, _), _ = pictures
+    gen = fake_generator(vlm_tok, vlm_llm(vlm_tok), max_images_per_prompt=1)
+    one = vlm_prompt(vlm_tok, 1)
+    with pytest.raises(ValueError, match="2 prompts but 1 image lists"):
+        gen.generate([one, one], SamplingParams(), images=[[red]])
+    with pytest.raises(ValueError, match="prompt 0: 1 image placeholders for 2 images"):
+        gen.generate([one], SamplingParams(), images=[[red, blue]])
+    with pytest.raises(ValueError, match="prompt 1: 1 image placeholders for 0 images"):
+        gen.generate([one, one], SamplingParams(), images=[[red], []])
+    with pytest.raises(ValueError, match="1 image placeholders for 0 images"):
+        gen.generate([one], SamplingParams())  # placeholders, but no pictures given
+    stray = one + [spec_of_dir(vlm_tok.name_or_path).image_token_id]
+    with pytest.raises(ValueError, match="outside a whole image placeholder"):
+        gen.generate([stray], SamplingParams(), images=[[red]])
+    with pytest.raises(ValueError, match=r"at most 1 per prompt: raise vllm\.max_images"):
+        gen.generate([vlm_prompt(vlm_tok, 2)], SamplingParams(), images=[[red, blue]])
+    text_only = fake_generator(tokenizer)
+    with pytest.raises(ValueError, match="not a vision-language model"):
+        text_only.generate([[1, 2]], SamplingParams(), images=[[red]])
+    assert not gen.llm.calls and not text_only.llm.calls
+
+
+def test_an_engine_that_expands_pictures_differently_fails_loudly(vlm_tok, pictures):
+    """vLLM's processor writes the placeholders back from the model directory's processor
+    config; if that is not the chat format's (another image_seq_len), the engine's context
+    would not be the learner's."""
+    (red, _, _), _ = pictures
+    spec = spec_of_dir(vlm_tok.name_or_path)
+    wrong = vb.placeholder_ids(spec, vlm_tok) + [spec.image_token_id]  # one token too many
+    gen = fake_generator(vlm_tok, vlm_llm(vlm_tok, [out([5], [-1.0])], expansion=wrong))
+    with pytest.raises(RuntimeError, match="expanded its image placeholders"):
+        gen.generate([vlm_prompt(vlm_tok, 1)], SamplingParams(), images=[[red]])
+
+
+def test_collapse_placeholders():
+    placeholder, image = [10, 11, 12, 12, 10], 12
+    ids = [1, 10, 11, 12, 12, 10, 2, 10, 11, 12, 12, 10]
+    assert vb.collapse_placeholders(ids, placeholder, image) == ([1, 12, 2, 12], 2)
+    assert vb.collapse_placeholders([1, 10, 2], placeholder, image) == ([1, 10, 2], 0)
+    with pytest.raises(ValueError, match="position 3"):
+        vb.collapse_placeholders([1, 10, 11, 12, 10], placeholder, image)  # a cut placeholder
+
+
+def test_engine_kwargs_limit_images_only_for_a_vision_model(tiny_vlm_dir):
+    name = str(tiny_vlm_dir)
+    cfg = load_config(
+        None, [f"model.name={name}", "rollout.backend=vllm", "vllm.max_images_per_prompt=3"]
+    )
+    assert vb.engine_kwargs(cfg, name)["limit_mm_per_prompt"] == {"image": 3}
+    text = load_config(None, ["rollout.backend=vllm"])
+    assert "limit_mm_per_prompt" not in vb.engine_kwargs(text, "/m")
+    cfg.vllm.max_images_per_prompt = 0  # past validation (e.g. a changed directory)
+    with pytest.raises(ModelLoadError, match="vllm.max_images_per_prompt"):
+        vb.engine_kwargs(cfg, name)
+
+
+def test_vision_model_on_vllm_needs_an_image_limit(tiny_vlm_dir):
+    with pytest.raises(ConfigError, match="set vllm.max_images_per_prompt"):
+        load_config(None, [f"model.name={tiny_vlm_dir}", "rollout.backend=vllm"])
+    cfg = load_config(
+        None,
+        ["model.name=smollm2-135m-vision", "rollout.backend=vllm", "vllm.max_images_per_prompt=4"],
+    )
+    assert cfg.vllm.max_images_per_prompt == 4
+
+
+def test_takes_images_reads_only_the_name_or_config(tiny_vlm_dir, tmp_path):
+    assert model_load.takes_images(model_load.GRAFTED_NAME) is True
+    assert model_load.takes_images(str(tiny_vlm_dir)) is True
+    assert model_load.takes_images(model_load.BUNDLED_NAME) is False
+    assert model_load.takes_images(model_load.TINY_NAME) is False
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    assert model_load.takes_images(str(tmp_path)) is False
+    assert model_load.takes_images("/no/such/dir") is None
 
 
 def test_full_weight_sync_loads_every_tensor_and_resets_the_prefix_cache(tokenizer, tiny):
@@ -248,6 +445,13 @@ def test_missing_vllm_names_the_extra(monkeypatch, tmp_path):
         (
             ["rollout.backend=vllm", "vllm.sleep_level=2", "model.lora_rank=4"],
             "sleep_level=1",
+        ),
+        (["vllm.max_images_per_prompt=2"], "rollout.backend is not vllm"),
+        (["rollout.backend=vllm", "vllm.max_images_per_prompt=-1"], "must be >= 0"),
+        (["rollout.backend=vllm", "vllm.max_images_per_prompt=2"], "text-only model"),
+        (
+            ["rollout.backend=vllm", "model.name=smollm2-135m-vision"],
+            "set vllm.max_images_per_prompt",
         ),
     ],
 )

@@ -157,3 +157,23 @@ def test_freeze_text_model_trains_only_tower_and_connector(tiny_vlm_dir):
 def test_preprocessor_config_is_written(tiny_vlm_dir):
     pre = json.loads((tiny_vlm_dir / "preprocessor_config.json").read_text())
     assert pre["image_mean"] == [0.5, 0.5, 0.5] and pre["size"] == {"longest_edge": 32}
+
+
+def test_hf_processor_expands_and_preprocesses_as_the_chat_format(tiny_vlm_dir):
+    """vLLM runs the model directory's Hugging Face processor on image requests: its expansion
+    of `<image>` must be the chat format's placeholder, and its pixels the learner's."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(tiny_vlm_dir))
+    spec = spec_of_dir(str(tiny_vlm_dir))
+    tokenizer = processor.tokenizer
+    ours = tokenizer(spec.placeholder, add_special_tokens=False)["input_ids"]
+    rng = np.random.default_rng(0)
+    for side in (spec.image_size, 4 * spec.image_size):  # as rendered, and downscaled
+        image = Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8))
+        out = processor(text="<image>", images=[image], return_tensors="np")
+        assert out["input_ids"][0].tolist() == ours
+        theirs = out["pixel_values"][0, 0]  # [3, S, S]: one tile, no splitting
+        mine = preprocess(image, spec)
+        assert theirs.shape == mine.shape
+        assert np.abs(theirs - mine).max() <= 1e-6  # both resize with PIL's bilinear filter

@@ -19,7 +19,7 @@ from torch import nn
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.schema import Config
 from agentic_rl.model.lora import is_lora, unwrap
-from agentic_rl.types import Completion, SamplingParams
+from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
 @runtime_checkable
@@ -27,12 +27,16 @@ class Generator(Protocol):
     """What the rollout loop calls (rollout/loop.py `policy_actor`)."""
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         """One continuation per prompt: sampled ids, their behaviour logprobs (under the
         distribution each token was drawn from: the policy's logits / temperature, renormalised
         over the top-p nucleus; temperature 1 for greedy requests) and why it stopped ("stop" at
-        a stop string, "eos", "length")."""
+        a stop string, "eos", "length"). `images`: for a vision-language policy, each prompt's
+        pictures in the order of its placeholder tokens (None: a text-only call)."""
         ...
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:

@@ -17,7 +17,29 @@ imported only then. What it guarantees, as the HF generator does:
   place (`LLM.apply_model` -> `model.load_weights`), or for LoRA runs only the adapter, saved
   as a PEFT directory and served under a new `LoRARequest` id; the prefix cache is reset
   because its KV was computed with the old weights;
-- sleep / wake (`vllm.sleep_level`): the engine frees its GPU memory while the learner updates.
+- sleep / wake (`vllm.sleep_level`): the engine frees its GPU memory while the learner updates;
+- images (a vision-language policy, model/vision.py): `generate(..., images=)` takes each
+  prompt's `ImageRef`s in the order of its placeholders, as the HF generator does. The pictures
+  are read back with their hash check (`load_image`: a changed file fails loudly) and go into the
+  request as `multi_modal_data={"image": [PIL images]}`; the engine is started with
+  `limit_mm_per_prompt={"image": vllm.max_images_per_prompt}`. The placeholder tokens a VLM
+  never samples are banned (`bad_words`), as the HF generator sets their logits to -inf.
+
+Image placeholders in token prompts. The prompt ids hold the chat format's expanded placeholder
+of each picture (`VisionSpec.placeholder`: `<fake_token_around_image><global-img>`, `<image>` x
+tokens_per_image, `<fake_token_around_image>`). vLLM does not take those as they are: for a
+`TokensPrompt` with `multi_modal_data` its multimodal processor always applies the model's prompt
+update itself (`BaseMultiModalProcessor._apply_hf_processor_main` reports token prompts as not
+updated, so `_apply_prompt_updates` runs), and for Idefics3 that update replaces each input
+`<image>` token with the full expansion (vllm/model_executor/models/idefics3.py,
+`PromptReplacement(target=image_token)`); an already expanded prompt would be expanded again, out
+of step with the learner's tokens. So each picture's expanded placeholder is collapsed to the one
+`<image>` input token in the request (`collapse_placeholders`), vLLM expands it back, and the
+prompt ids the engine reports (`RequestOutput.prompt_token_ids`) must equal the rollout's ids:
+an engine whose processor expands a picture differently (another `image_seq_len`, image
+splitting) fails loudly instead of sampling in a context the learner never sees. This reading of
+vLLM comes from its source; it has been checked only against the stand-in engine of
+tests/backends/test_vllm_generator.py, not a real engine (no GPU here).
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so handing it the
 learner's tensors copies them once, straight into its parameters.
@@ -41,7 +63,8 @@ from agentic_rl.config.schema import Config
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import TINY_NAME, model_dir
 from agentic_rl.model.lora import merged_copy, save_adapter
-from agentic_rl.types import Completion, SamplingParams
+from agentic_rl.model.vision import VISION_TOKENS, VisionSpec, load_image, spec_of_dir
+from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 # The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -71,9 +94,13 @@ def request_seed(seed: int | None, index: int) -> int | None:
     return (seed * 1_000_003 + index) % _SEED_MOD
 
 
-def sampling_kwargs(params: SamplingParams, index: int) -> dict[str, Any]:
-    """Keyword arguments of `vllm.SamplingParams` for one request."""
+def sampling_kwargs(
+    params: SamplingParams, index: int, banned: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Keyword arguments of `vllm.SamplingParams` for one request; `banned`: tokens (text) never
+    to sample, a VLM's image placeholders."""
     greedy = params.temperature <= 0
+    extra: dict[str, Any] = {"bad_words": list(banned)} if banned else {}
     return {
         "n": 1,
         "max_tokens": params.max_new_tokens,
@@ -84,6 +111,7 @@ def sampling_kwargs(params: SamplingParams, index: int) -> dict[str, Any]:
         "logprobs": 0,  # the sampled token's logprob only, no top-k alternatives
         "skip_special_tokens": False,  # stop strings are matched on the raw text, as in HF
         "seed": None if greedy else request_seed(params.seed, index),
+        **extra,
     }
 
 
@@ -135,8 +163,39 @@ def lora_rank_bucket(rank: int) -> int:
     raise ModelLoadError(f"model.lora_rank={rank} exceeds vLLM's largest LoRA rank")
 
 
+def placeholder_ids(spec: VisionSpec, tokenizer: Any) -> list[int]:
+    """The token ids of one picture's expanded placeholder, as the chat format tokenises it."""
+    return [int(t) for t in tokenizer(spec.placeholder, add_special_tokens=False)["input_ids"]]
+
+
+def collapse_placeholders(
+    ids: Sequence[int], placeholder: Sequence[int], image_token_id: int
+) -> tuple[list[int], int]:
+    """`ids` with each expanded `placeholder` replaced by the one `<image>` token vLLM expands
+    (see the module docstring), and the number of placeholders found. An `<image>` token outside
+    a whole placeholder is refused: vLLM would take it for a picture of its own."""
+    out: list[int] = []
+    found = 0
+    i, n, width = 0, len(ids), len(placeholder)
+    while i < n:
+        if ids[i] == placeholder[0] and list(ids[i : i + width]) == list(placeholder):
+            out.append(image_token_id)
+            found += 1
+            i += width
+            continue
+        if ids[i] == image_token_id:
+            raise ValueError(
+                f"image token at position {i} outside a whole image placeholder: the prompt's "
+                "placeholders are not the chat format's"
+            )
+        out.append(int(ids[i]))
+        i += 1
+    return out, found
+
+
 def engine_kwargs(cfg: Config, model_path: str) -> dict[str, Any]:
-    """Arguments of `vllm.LLM` for this run."""
+    """Arguments of `vllm.LLM` for this run; a vision-language model (`model_path` has a vision
+    config) gets `limit_mm_per_prompt` from vllm.max_images_per_prompt."""
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tokenizer": model_path,
@@ -156,6 +215,14 @@ def engine_kwargs(cfg: Config, model_path: str) -> dict[str, Any]:
         kwargs.update(
             enable_lora=True, max_loras=1, max_lora_rank=lora_rank_bucket(cfg.model.lora_rank)
         )
+    if spec_of_dir(model_path) is not None:
+        limit = cfg.vllm.max_images_per_prompt
+        if limit <= 0:  # config validation refuses it where it can tell the model takes images
+            raise ModelLoadError(
+                f"{model_path} is a vision-language model: set vllm.max_images_per_prompt > 0 "
+                "(the most pictures one prompt holds)"
+            )
+        kwargs["limit_mm_per_prompt"] = {"image": limit}
     return kwargs
 
 
@@ -192,9 +259,20 @@ class VLLMGenerator:
         lora_request_cls: Any = None,
         sleep_level: int = 0,
         scratch_dir: Path | None = None,
+        max_images_per_prompt: int | None = None,
     ) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
+        # A vision-language model's placeholders, read from the tokenizer's model directory as
+        # the chat format reads them (model/vision.py `image_text`); None: text-only.
+        self.vision = spec_of_dir(str(getattr(tokenizer, "name_or_path", "") or ""))
+        self._placeholder: list[int] = []
+        self._banned: list[str] = []
+        if self.vision is not None:
+            self._placeholder = placeholder_ids(self.vision, tokenizer)
+            self._banned = list(VISION_TOKENS)
+        # The engine's limit_mm_per_prompt (None: not checked here, the stand-in engine's case).
+        self.max_images_per_prompt = max_images_per_prompt
         self._sampling_cls = sampling_params_cls
         self._lora_cls = lora_request_cls
         self.sleep_level = sleep_level
@@ -231,37 +309,91 @@ class VLLMGenerator:
             LoRARequest if cfg.model.lora_rank else None,
             cfg.vllm.sleep_level,
             scratch,
+            cfg.vllm.max_images_per_prompt,
         )
         weakref.finalize(generator, shutil.rmtree, str(scratch), True)
         return generator
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        if images is not None and len(images) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: a prompt needs at least one token")
         if not prompts:
             return []
+        ids = [[int(t) for t in p] for p in prompts]
+        rows = images if images is not None else [()] * len(prompts)
+        # TokensPrompts, all checked (pictures read) before the engine is woken or asked
+        requests = [self._request(i, p, rows[i]) for i, p in enumerate(ids)]
         self.wake_up()
         self._lora_used = self._lora_used or self._lora is not None
-        requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]  # TokensPrompt
-        sampling = [self._sampling_cls(**sampling_kwargs(p, i)) for i, p in enumerate(params)]
+        sampling = [
+            self._sampling_cls(**sampling_kwargs(p, i, self._banned)) for i, p in enumerate(params)
+        ]
         outputs = self.llm.generate(
             requests, sampling, use_tqdm=False, lora_request=self._lora
         )  # in request order
         self.calls += 1
         completions = []
-        for request, output in zip(requests, outputs, strict=True):
+        for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
+            if "multi_modal_data" in request:
+                self._check_expanded(i, ids[i], output)
             completion = to_completion(output.outputs[0], self.tokenizer)
             completions.append(completion)
-            self.prompt_tokens += len(request["prompt_token_ids"])
+            self.prompt_tokens += len(ids[i])
             self.generated_tokens += len(completion.token_ids)
             self.reused_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
         return completions
+
+    def _request(self, index: int, ids: list[int], refs: Sequence[ImageRef]) -> dict[str, Any]:
+        """The TokensPrompt of prompt `index`: plain token ids, or for a prompt with pictures
+        the collapsed ids and its pictures (read back with their hash check) in placeholder
+        order. A VLM prompt's placeholders must number its pictures."""
+        if self.vision is None:
+            if refs:
+                raise ValueError(
+                    f"prompt {index} carries {len(refs)} image(s) but the model is not a "
+                    "vision-language model"
+                )
+            return {"prompt_token_ids": ids}
+        collapsed, found = collapse_placeholders(ids, self._placeholder, self.vision.image_token_id)
+        if found != len(refs):
+            raise ValueError(
+                f"prompt {index}: {found} image placeholders for {len(refs)} images: each "
+                "picture's placeholder must be in the prompt, in the order of its images"
+            )
+        if not refs:
+            return {"prompt_token_ids": ids}
+        limit = self.max_images_per_prompt
+        if limit is not None and len(refs) > limit:
+            raise ValueError(
+                f"prompt {index} carries {len(refs)} images but the engine takes at most "
+                f"{limit} per prompt: raise vllm.max_images_per_prompt"
+            )
+        pictures = [load_image(ref) for ref in refs]  # ImageError if a file changed
+        return {"prompt_token_ids": collapsed, "multi_modal_data": {"image": pictures}}
+
+    @staticmethod
+    def _check_expanded(index: int, ids: list[int], output: Any) -> None:
+        """The engine expanded prompt `index`'s placeholders back to the rollout's ids (see the
+        module docstring); an output without `prompt_token_ids` (a stand-in) is not checked."""
+        engine_ids = getattr(output, "prompt_token_ids", None)
+        if engine_ids is not None and [int(t) for t in engine_ids] != ids:
+            raise RuntimeError(
+                f"prompt {index}: vLLM expanded its image placeholders into {len(engine_ids)} "
+                f"prompt tokens, not the chat format's {len(ids)} (or into other ids): the "
+                "model directory's processor (image_seq_len, image splitting) does not match "
+                "its VisionSpec, so the engine would sample in a context the learner never sees"
+            )
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
         """Load a full state dict (Hugging Face names) into the engine's model in place."""

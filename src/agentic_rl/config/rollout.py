@@ -229,6 +229,11 @@ class VLLMConfig:
     right after the update; not with LoRA, whose base weights are never re-sent)."""
     enforce_eager: bool = False
     """Run without CUDA graphs: faster start-up, slower decoding (smoke runs, debugging)."""
+    max_images_per_prompt: int = 0
+    """Vision-language policies (model/vision.py): the most pictures one request may carry, the
+    engine's `limit_mm_per_prompt` (it reserves memory for that many per prompt). A prompt holds
+    every picture its episode has shown so far, e.g. rollout.max_turns + 1 for an env that shows
+    one per observation. 0 = a text-only engine; a vision-language model needs it > 0."""
 
 
 @dataclass

@@ -32,6 +32,7 @@ from agentic_rl.config.validate_env import validate_env
 from agentic_rl.config.validate_scale import validate_distributed
 from agentic_rl.config.validate_update import validate_update
 from agentic_rl.formats.registry import CHAT_FORMATS
+from agentic_rl.model.load import takes_images
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -134,7 +135,32 @@ def validate(cfg: Config) -> None:
     validate_update(cfg)
     check_trainer(cfg)
     validate_engines(cfg)
+    _validate_vllm_images(cfg)
     validate_distributed(cfg)
+
+
+def _validate_vllm_images(cfg: Config) -> None:
+    """vllm.max_images_per_prompt: > 0 exactly when the policy takes images. Here, not in
+    validate_engines.py with the other vllm keys, because it asks the model layer
+    (`takes_images`), which sits above validate_engines."""
+    if cfg.rollout.backend != "vllm":
+        return  # validate_engines refuses the key as unused
+    limit = cfg.vllm.max_images_per_prompt
+    if limit < 0:
+        raise ConfigError(f"vllm.max_images_per_prompt must be >= 0, got {limit}")
+    vision = takes_images(cfg.model.name)
+    if vision and limit == 0:
+        raise ConfigError(
+            f"model.name={cfg.model.name} is a vision-language model but vllm.max_images_per_prompt"
+            "=0 starts a text-only engine: set vllm.max_images_per_prompt to the most pictures one "
+            "prompt holds (every picture its episode has shown so far, e.g. rollout.max_turns + 1 "
+            "for an env that shows one per observation)"
+        )
+    if vision is False and limit > 0:
+        raise ConfigError(
+            f"vllm.max_images_per_prompt is set but does nothing: model.name={cfg.model.name} "
+            "is a text-only model"
+        )
 
 
 def _estimator(cfg: Config) -> Estimator:

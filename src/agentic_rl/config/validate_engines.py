@@ -58,7 +58,14 @@ def _validate_lora_and_backend(cfg: Config) -> None:
     if cfg.rollout.backend == "vllm":
         _unused(cfg, ["rollout.mixed_precision"], "vLLM computes in vllm.dtype")
     if cfg.rollout.backend != "vllm":
-        keys = ["gpu_memory_utilization", "dtype", "max_model_len", "sleep_level", "enforce_eager"]
+        keys = [
+            "gpu_memory_utilization",
+            "dtype",
+            "max_model_len",
+            "sleep_level",
+            "enforce_eager",
+            "max_images_per_prompt",
+        ]
         _unused(cfg, [f"vllm.{k}" for k in keys], "rollout.backend is not vllm")
         return
     _check_choice("vllm.dtype", vllm.dtype, VLLM_DTYPES)

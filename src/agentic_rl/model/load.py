@@ -178,6 +178,23 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
     return model, tokenizer
 
 
+def takes_images(model_name: str) -> bool | None:
+    """Is `model.name` a vision-language model (True), a text-only one (False), or not known
+    before loading (None: a path that is no model directory, which loading refuses)? Reads only
+    config.json: config validation asks this before anything is loaded."""
+    import json
+
+    if model_name == GRAFTED_NAME:
+        return True
+    if model_name in (BUNDLED_NAME, TINY_NAME):
+        return False
+    try:
+        config = json.loads((Path(model_name).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return "vision_config" in config
+
+
 def _is_vision_dir(path: Path) -> bool:
     """Does the model directory hold a vision-language model (its config has a vision part)?"""
     import json

@@ -302,8 +302,11 @@ def graft_vlm(
 
 
 def save_vlm(model: nn.Module, tokenizer: Any, directory: str | os.PathLike) -> Path:
-    """Write a model directory `AutoModelForImageTextToText` loads (weights, config, tokenizer
-    and a preprocessor_config.json with the normalisation)."""
+    """Write a model directory `AutoModelForImageTextToText` loads (weights, config, tokenizer),
+    with the processor configs that make Hugging Face's `Idefics3Processor` (which vLLM runs on
+    image requests) treat pictures as `preprocess` and the chat format do: one 80 x 80 tile, no
+    splitting, bilinear resize, the normalisation, and `image_seq_len` image tokens, so its
+    expansion of `<image>` is this model's placeholder (tests/model/test_vision.py checks both)."""
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     model.config.architectures = [type(model).__name__]
@@ -311,12 +314,22 @@ def save_vlm(model: nn.Module, tokenizer: Any, directory: str | os.PathLike) -> 
     tokenizer.save_pretrained(target)
     spec = vision_spec(model.config)
     pre = {
+        "image_processor_type": "Idefics3ImageProcessor",
         "image_mean": list(spec.mean),
         "image_std": list(spec.std),
         "size": {"longest_edge": spec.image_size},
+        "max_image_size": {"longest_edge": spec.image_size},
         "do_image_splitting": False,
+        "do_resize": True,
+        "resample": 2,  # PIL bilinear, as `preprocess`
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "do_convert_rgb": True,
     }
     (target / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": spec.tokens_per_image}
+    (target / "processor_config.json").write_text(json.dumps(processor, indent=2))
     spec_of_dir.cache_clear()
     return target
 
@@ -324,7 +337,10 @@ def save_vlm(model: nn.Module, tokenizer: Any, directory: str | os.PathLike) -> 
 def grafted_model_dir(text_dir: Path, cache: Path, seed: int = 0) -> Path:
     """The bundled model with a fresh vision tower, built once into `cache` (deterministic:
     same seed, same weights) and reused."""
-    if (cache / "config.json").is_file() and (cache / "model.safetensors").is_file():
+    # processor_config.json: caches built before it was written are rebuilt (same seed, same weights)
+    if all(
+        (cache / f).is_file() for f in ("config.json", "model.safetensors", "processor_config.json")
+    ):
         return cache
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -43,7 +43,7 @@ from agentic_rl.envs.from_config import make_envs
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.batch import Episodes, TrainBatch
 from agentic_rl.model.load import frozen_copy
-from agentic_rl.types import Completion, SamplingParams
+from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 if TYPE_CHECKING:
     from agentic_rl.train.setup import Setup
@@ -89,7 +89,10 @@ class VersionedGenerator:
         self.inner.update_weights(state)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         if self.stopped:
             raise RolloutStopped
@@ -99,7 +102,11 @@ class VersionedGenerator:
             self.version, state = pending
             self.inner.update_weights(state)  # loads the weights and drops the stale KV cache
             self.swaps += 1
-        out = self.inner.generate(prompts, params)
+        out = (  # text-only calls keep the plain signature, as the rollout loop makes them
+            self.inner.generate(prompts, params)
+            if images is None
+            else self.inner.generate(prompts, params, images=images)
+        )
         for completion in out:
             completion.policy_version = self.version
         return out

@@ -49,7 +49,7 @@ from torch import nn
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.train import LearnerConfig
 from agentic_rl.learner.batch import TrainBatch
-from agentic_rl.types import Completion, SamplingParams, Trajectory
+from agentic_rl.types import Completion, ImageRef, SamplingParams, Trajectory
 
 if TYPE_CHECKING:
     from agentic_rl.train.setup import Setup
@@ -326,7 +326,10 @@ class ShardedGenerator:
         self.inner, self.policy, self.dp = inner, policy, dp
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
@@ -335,7 +338,9 @@ class ShardedGenerator:
             dataclasses.replace(p, seed=p.seed + offset) if p.seed is not None else p
             for p in params
         ]
-        return self.inner.generate(prompts, params)
+        if images is None:  # text-only calls keep the plain signature, as the rollout makes them
+            return self.inner.generate(prompts, params)
+        return self.inner.generate(prompts, params, images=images)
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
         """Gather the sharded policy into the full copy (a collective: the trainer calls it in

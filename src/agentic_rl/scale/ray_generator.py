@@ -22,7 +22,7 @@ from torch import nn
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.schema import Config
 from agentic_rl.scale.ray_pool import RayError, import_ray, resume_hint
-from agentic_rl.types import Completion, SamplingParams
+from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
 class GeneratorWorker:
@@ -37,8 +37,15 @@ class GeneratorWorker:
             model, tokenizer, max_batch_size=max_batch_size, mixed_precision=mixed_precision
         )
 
-    def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        return self.generator.generate(prompts, params)
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        images: list[list[ImageRef]] | None = None,
+    ) -> list[Completion]:
+        if images is None:  # text-only calls keep the plain signature, as the rollout makes them
+            return self.generator.generate(prompts, params)
+        return self.generator.generate(prompts, params, images=images)
 
     def update_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         self.generator.update_weights(state)
@@ -64,11 +71,17 @@ class RayGenerator:
         self.pid = self._get(self.actor.pid.remote(), "start the generator actor")
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+        images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
+        """`images` travel as references: the actor reads (and hash-checks) the files, so the
+        image directory must be reachable from its node (shared storage on a cluster)."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
-        ref = self.actor.generate.remote([list(p) for p in prompts], list(params))
+        pictures = None if images is None else [list(refs) for refs in images]
+        ref = self.actor.generate.remote([list(p) for p in prompts], list(params), pictures)
         return self._get(ref, "generate")
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
