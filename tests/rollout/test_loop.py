@@ -163,3 +163,41 @@ def test_expert_solves_search_qa_through_the_real_loop(tokenizer):
     assert all(t.metrics["success"] == 1.0 for t in trajs)
     assert all(t.metrics["tool_calls"] >= 1 for t in trajs)
     assert all("<information>" in t.completion_text for t in trajs)
+
+
+class CountingCalculator(CalculatorEnv):
+    """Reports its own metrics: `env/calls` 1 per tool call, `env/answered` 1 at the answer."""
+
+    def step(self, action):
+        result = super().step(action)
+        result.info["env/calls"] = float(action.kind == "tool")
+        if action.kind == "answer":
+            result.info["env/answered"] = 1.0
+        return result
+
+
+def test_env_metrics_are_summed_per_episode_and_averaged_over_episodes(tokenizer):
+    from agentic_rl.train.summary import summarize
+
+    tasks = make_calculator_tasks("eval", 2, seed=0)
+    expr = tasks[0].fields["expression"]
+    turns = {
+        "a": [f"<calc>{expr}</calc>", f"<calc>{expr}</calc>", "<answer>1</answer>"],
+        "b": [f"<calc>{expr}</calc>"] * 4,  # never answers: no env/answered at all
+    }
+    envs = [CountingCalculator(), CountingCalculator()]
+    trajs = run_episodes(
+        envs,
+        tasks,
+        ["a", "b"],
+        ScriptedGenerator(tokenizer, turns).actor(),
+        TagFormat(envs[0].tools),
+        tokenizer,
+        rollout_cfg(),
+        0,
+    )
+    assert trajs[0].metrics["env/calls"] == 2.0 and trajs[0].metrics["env/answered"] == 1.0
+    assert trajs[1].metrics["env/calls"] == 4.0 and "env/answered" not in trajs[1].metrics
+    summary = summarize(trajs)
+    assert summary["env/calls"] == 3.0  # (2 + 4) / 2
+    assert summary["env/answered"] == 0.5  # the episode that never reported it counts 0

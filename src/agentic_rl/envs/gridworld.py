@@ -73,14 +73,14 @@ def shortest_path(walls: set[Cell], start: Cell, goal: Cell, size: int = SIZE) -
             return moves[::-1]
         for move, (dr, dc) in MOVES.items():
             nxt = (cell[0] + dr, cell[1] + dc)
-            if nxt in previous or nxt in walls or not _inside(nxt, size):
+            if nxt in previous or nxt in walls or not inside(nxt, size):
                 continue
             previous[nxt] = (cell, move)
             queue.append(nxt)
     raise ValueError(f"goal {goal} unreachable from {start}")
 
 
-def _inside(cell: Cell, size: int) -> bool:
+def inside(cell: Cell, size: int) -> bool:
     return 0 <= cell[0] < size and 0 <= cell[1] < size
 
 
@@ -96,7 +96,7 @@ def describe(walls: set[Cell], position: Cell, goal: Cell, size: int = SIZE) -> 
         move
         for move, (mr, mc) in MOVES.items()
         if (position[0] + mr, position[1] + mc) in walls
-        or not _inside((position[0] + mr, position[1] + mc), size)
+        or not inside((position[0] + mr, position[1] + mc), size)
     ]
     where = " and ".join(parts) if parts else "here"
     return f"The goal is {where}. Blocked: {', '.join(blocked) or 'none'}."
@@ -201,7 +201,7 @@ class GridWorldEnv:
             return self._invalid(f"'{direction}' is not a move")
         dr, dc = MOVES[direction]
         target = (self.position[0] + dr, self.position[1] + dc)
-        if target not in self.walls and _inside(target, SIZE):
+        if target not in self.walls and inside(target, SIZE):
             self.position = target
         if self.position == self.goal:
             self.done = True

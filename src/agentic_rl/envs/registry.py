@@ -54,6 +54,7 @@ from agentic_rl.envs.gym_text import (
 )
 from agentic_rl.envs.household import HouseholdEnv, make_household_tasks
 from agentic_rl.envs.household_knowledge import HouseholdKnowledgeEnv
+from agentic_rl.envs.image_planning import ImagePlanningEnv, make_image_planning_tasks
 from agentic_rl.envs.math_tasks import make_math_tasks
 from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
 from agentic_rl.envs.memory.memagent import MemAgentEnv, make_long_qa_tasks
@@ -83,6 +84,7 @@ ENVS: dict[str, type] = {
     "gridworld": GridWorldEnv,
     "visual_qa": VisualQAEnv,
     "visual_grid": VisualGridEnv,
+    "image_planning": ImagePlanningEnv,
     "visual_tools": VisualToolsEnv,
     "visual_reasoning": VisualReasoningEnv,
     "multihop_qa": MultiHopQAEnv,
@@ -115,6 +117,7 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "gridworld": make_gridworld_tasks,
     "visual_qa": make_visual_qa_tasks,
     "visual_grid": make_visual_grid_tasks,
+    "image_planning": make_image_planning_tasks,
     "visual_tools": make_visual_tool_tasks,
     "visual_reasoning": make_visual_reasoning_tasks,
     "multihop_qa": make_multihop_tasks,

@@ -39,6 +39,10 @@ from agentic_rl.types import (
 )
 
 COUNTERS = ("tool_call", "tool_error", "invalid_action", "no_action")
+ENV_METRIC_PREFIX = "env/"
+"""StepResult.info keys that start with it are the env's own episode metrics (e.g. image
+planning's `env/optimal_plan`): summed over the episode's steps into the trajectory's metrics
+under the same key, and averaged over episodes in evaluations (train/summary.py)."""
 INFRA_ERROR = "infra_error"
 """StepResult.info key of a step whose tool infrastructure failed (`step_envs`): the episode
 ends there, is marked `infra_failed` in its metrics and is never trained on (train/collect.py
@@ -64,6 +68,7 @@ class Episode:
     step_rewards: list[float] = field(default_factory=list)
     anchors: list[Hashable] = field(default_factory=list)
     counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
+    env_metrics: dict[str, float] = field(default_factory=dict)  # ENV_METRIC_PREFIX keys
     success: float = 0.0
     terminated: bool = False
     truncated: bool = False
@@ -260,6 +265,9 @@ def _record_step(
     ep.step_rewards.append(float(result.reward))
     for key in COUNTERS:
         ep.counts[key] += float(result.info.get(key, 0))
+    for key, value in result.info.items():
+        if key.startswith(ENV_METRIC_PREFIX):
+            ep.env_metrics[key] = ep.env_metrics.get(key, 0.0) + float(value)
     if "success" in result.info:
         ep.success = float(result.info["success"])
     if result.terminated:
@@ -365,6 +373,7 @@ def _base_metrics(ep: Episode, generated: int, response: int) -> dict[str, float
         "response_tokens": float(response),
         "generated_tokens": float(generated),
         "truncated": float(ep.truncated and not ep.terminated),
+        **ep.env_metrics,
     }
 
 

@@ -69,6 +69,13 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
     """Supervised warm start on scripted-expert episodes of training tasks."""
     cfg = setup.cfg
     demos, num_episodes = expert_demos(setup, cfg.warm_start.num_tasks)
+    if not demos:
+        raise RuntimeError(
+            f"warm start: none of the {cfg.warm_start.num_tasks} scripted-expert episodes reached "
+            f"success within rollout.max_turns={cfg.rollout.max_turns} and "
+            f"rollout.max_total_tokens={cfg.rollout.max_total_tokens}, so there is nothing to "
+            "train on; raise those budgets or warm_start.num_tasks"
+        )
     print(
         f"warm start: {num_episodes} expert episodes (of {cfg.warm_start.num_tasks}) ...",
         flush=True,

@@ -9,6 +9,7 @@ import torch
 from agentic_rl.algos.gigpo import step_advantages
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
+from agentic_rl.rollout.loop import ENV_METRIC_PREFIX
 from agentic_rl.types import Trajectory
 
 
@@ -16,7 +17,12 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episode metrics; pass one trajectory per episode (the first step in step mode)."""
     n = max(len(trajectories), 1)
     mean = lambda key: sum(t.metrics[key] for t in trajectories) / n  # noqa: E731
+    env_keys = sorted(
+        {k for t in trajectories for k in t.metrics if k.startswith(ENV_METRIC_PREFIX)}
+    )
     return {
+        # the env's own metrics (rollout/loop.py); an episode that never reported one counts 0
+        **{k: sum(t.metrics.get(k, 0.0) for t in trajectories) / n for k in env_keys},
         "success": mean("success"),
         "reward": sum(t.reward for t in trajectories) / n,
         "tool_calls_per_episode": mean("tool_calls"),
@@ -42,10 +48,13 @@ def advantage_metrics(batch: TrainBatch, gigpo_norm: str = "mean_std_norm") -> d
 
 def run_summary(cfg: Config, state: dict[str, Any], step: int, seconds: float) -> dict[str, Any]:
     evals = state["evals"]
-    pick = lambda e: {  # noqa: E731
-        k: e[k]
-        for k in ("success", "tool_calls_per_episode", "reward", "invalid_actions_per_episode")
-    }
+
+    def pick(e: dict[str, float]) -> dict[str, float]:  # the standard columns, then the env's
+        columns = ("success", "tool_calls_per_episode", "reward", "invalid_actions_per_episode")
+        return {k: e[k] for k in columns} | {
+            k: v for k, v in e.items() if k.startswith(ENV_METRIC_PREFIX)
+        }
+
     summary: dict[str, Any] = {
         "recipe": cfg.recipe,
         "model": cfg.model.name,
