@@ -10,7 +10,7 @@ import pytest
 
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, code_word_ids
-from agentic_rl.envs.discrete import ActionTool
+from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.embodied.action_tokens import ActionCodec, ActionDecodeError
 from agentic_rl.envs.embodied.manipulation import (
     ManipulationEnv,
@@ -27,7 +27,7 @@ OPTS = {"num_bins": 11, "bin_step": 0.05}
 
 
 def act(text: str) -> Action:
-    return Action(kind="tool", name=ActionTool.name, arguments={"actions": text})
+    return Action(kind="tool", name=ACTION_TOOL.name, arguments={"actions": text})
 
 
 def test_bins_by_hand():
@@ -61,7 +61,7 @@ def test_action_token_round_trip(tokenizer, num_bins):
     parsed action -> bins: exact, for every bin in every position."""
     codec = ActionCodec(num_bins)
     ids_of = code_word_ids(tokenizer, num_bins)
-    fmt = TagFormat([ActionTool()])
+    fmt = TagFormat([ACTION_TOOL])
     for k in range(num_bins):
         bins = [k, num_bins - 1 - k, (k * 7) % num_bins]
         text = f"<action>{codec.encode_bins(bins)}</action>"
@@ -119,7 +119,7 @@ def test_physics_grasp_carry_and_push():
 
 
 def test_expert_episode_rewards_are_progress_plus_success(tasks):
-    fmt = TagFormat([ActionTool()])
+    fmt = TagFormat([ACTION_TOOL])
     for task in tasks[:5]:
         env = ManipulationEnv(**OPTS)
         env.reset(task, 0)

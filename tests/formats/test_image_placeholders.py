@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.rollout import ModelConfig
-from agentic_rl.envs.gridworld import MoveTool
+from agentic_rl.envs.gridworld import MOVE_TOOL
 from agentic_rl.formats.chat import HermesFormat, image_placeholders, with_images
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.model.load import load_tokenizer
@@ -22,7 +22,7 @@ def vlm_tokenizer(tiny_vlm_dir):
 
 
 def test_tag_format_puts_one_placeholder_per_image_inside_the_result(vlm_tokenizer):
-    fmt = make_chat_format("tags", [MoveTool()], vlm_tokenizer)
+    fmt = make_chat_format("tags", [MOVE_TOOL], vlm_tokenizer)
     assert fmt.image_text == image_text(vlm_tokenizer) != ""
     text = fmt.render_observation(Observation(content="Moved.", name="action", images=PICTURES))
     assert text.startswith("\n\n<observation>Moved.\n") and text.endswith("</observation>\n\n")
@@ -34,18 +34,18 @@ def test_tag_format_puts_one_placeholder_per_image_inside_the_result(vlm_tokeniz
 def test_text_only_observations_render_as_before(vlm_tokenizer, tokenizer):
     plain = Observation(content="Moved.", name="action")
     for tok in (vlm_tokenizer, tokenizer):
-        fmt = make_chat_format("tags", [MoveTool()], tok)
+        fmt = make_chat_format("tags", [MOVE_TOOL], tok)
         assert fmt.render_observation(plain) == "\n\n<observation>Moved.</observation>\n\n"
 
 
 def test_hermes_format_puts_placeholders_in_the_tool_turn(vlm_tokenizer):
-    fmt = HermesFormat([MoveTool()], vlm_tokenizer)
+    fmt = HermesFormat([MOVE_TOOL], vlm_tokenizer)
     text = fmt.render_observation(Observation(content="zoomed", name="action", images=PICTURES[:1]))
     assert ("zoomed\n" + image_text(vlm_tokenizer) + "\n</tool_response>") in text
 
 
 def test_images_with_a_text_only_model_are_refused_by_name(tokenizer):
-    fmt = make_chat_format("tags", [MoveTool()], tokenizer)
+    fmt = make_chat_format("tags", [MOVE_TOOL], tokenizer)
     with pytest.raises(ValueError, match="model takes no images"):
         fmt.render_observation(Observation(content="x", name="action", images=PICTURES))
     assert image_placeholders("", []) == ""

@@ -199,3 +199,21 @@ def test_a_tool_blocked_for_good_gets_a_bounded_number_of_threads():
         time.sleep(0.02)
     assert _tool_threads("stuck") == []
     assert call_tool(tool, {}, timeout_s=1.0).ok  # usable again once the hangs ended
+
+
+def test_env_action_tool_is_a_schema_the_formats_parse_and_never_runs():
+    from agentic_rl.formats.chat import TagFormat
+    from agentic_rl.tools.base import EnvActionTool, ToolError
+
+    move = EnvActionTool("action", "Move.", "direction", choices=("up", "down"))
+    assert move.parameters == {
+        "type": "object",
+        "properties": {"direction": {"type": "string", "enum": ["up", "down"]}},
+        "required": ["direction"],
+    }
+    plain = EnvActionTool("state", "A picture.", "tokens", result_tag="seen")
+    assert plain.parameters["properties"] == {"tokens": {"type": "string"}}
+    action = TagFormat([move, plain]).parse("<state> a b</state>", "stop")
+    assert (action.kind, action.name, action.arguments) == ("tool", "state", {"tokens": "a b"})
+    with pytest.raises(ToolError, match="<action> is applied by the env's step"):
+        move(direction="up")

@@ -23,7 +23,7 @@ import re
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 ACTION_SEP = "||"
@@ -31,21 +31,10 @@ _TRIM = re.compile(r"^[^\w]+|[^\w]+$")
 _VERBS = re.compile(r"^(?:move|go|push|walk|step|action|press)\s+", re.IGNORECASE)
 
 
-class ActionTool:
-    """The `<action>A || B</action>` call as a tool schema, so chat formats (tags and hermes)
-    can parse it. Actions are applied by the env's `step`; calling the tool is an error."""
-
-    name = "action"
-    description = "Act in the environment: one or more actions separated by ' || '."
-    parameters: dict[str, Any] = {  # a constant schema, never mutated
-        "type": "object",
-        "properties": {"actions": {"type": "string"}},
-        "required": ["actions"],
-    }
-    result_tag = "observation"
-
-    def __call__(self, **arguments: Any) -> str:
-        raise ToolError("actions are applied by the env's step(), not called as a tool")
+ACTION_TOOL = EnvActionTool(
+    "action", "Act in the environment: one or more actions separated by ' || '.", "actions"
+)
+"""The `<action>A || B</action>` call, applied by the env's `step` (chat formats parse it)."""
 
 
 def parse_action(token: str, names: Sequence[str], index_base: int = 0) -> int | None:
@@ -92,7 +81,7 @@ class DiscreteActionEnv:
             raise ValueError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.tools: list[Any] = [ActionTool()]
+        self.tools: list[Any] = [ACTION_TOOL]
         self.action_names = list(action_names)
         self.max_actions_per_turn = max_actions_per_turn
         self.max_steps = max_steps
@@ -156,7 +145,7 @@ class DiscreteActionEnv:
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
         if action.kind != "tool":
             return self._invalid(action.error or "no action in this turn")
-        if action.name != ActionTool.name:
+        if action.name != ACTION_TOOL.name:
             return self._invalid(f"unknown action tag '{action.name}'")
         tokens = split_actions(str(action.arguments.get("actions", "")))
         dropped = max(len(tokens) - self.max_actions_per_turn, 0)
@@ -197,7 +186,7 @@ class DiscreteActionEnv:
             notes.append(f"Ignored {dropped} action(s) over the limit of {limit}.")
         content = "\n".join([state, *notes])
         return StepResult(
-            Observation(content=content, name=ActionTool.name, anchor=self.anchor_key()),
+            Observation(content=content, name=ACTION_TOOL.name, anchor=self.anchor_key()),
             reward,
             terminated=terminated,
             truncated=truncated,

@@ -21,7 +21,7 @@ import random
 from collections import deque
 from typing import Any, Literal
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
@@ -40,22 +40,10 @@ SYSTEM_PROMPT = (
 )
 
 
-class MoveTool:
-    """The move action as a tool schema (so chat formats can parse `<action>dir</action>`).
-
-    Moves are applied by `GridWorldEnv.step` itself; calling the tool directly is an error."""
-
-    name = "action"
-    description = "Move one cell: up, down, left or right."
-    parameters: dict[str, Any] = {  # a constant schema, never mutated
-        "type": "object",
-        "properties": {"direction": {"type": "string", "enum": list(MOVES)}},
-        "required": ["direction"],
-    }
-    result_tag = "observation"
-
-    def __call__(self, **arguments: Any) -> str:
-        raise ToolError("moves are applied by the grid-world env, not called as a tool")
+MOVE_TOOL = EnvActionTool(
+    "action", "Move one cell: up, down, left or right.", "direction", choices=tuple(MOVES)
+)
+"""The move, applied by `GridWorldEnv.step` (so chat formats parse `<action>dir</action>`)."""
 
 
 def shortest_path(walls: set[Cell], start: Cell, goal: Cell, size: int = SIZE) -> list[str]:
@@ -156,7 +144,7 @@ class GridWorldEnv:
 
     def __init__(self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0) -> None:
         del tool_timeout_s  # moves are not tool calls; accepted for a uniform constructor
-        self.tools: list[Any] = [MoveTool()]
+        self.tools: list[Any] = [MOVE_TOOL]
         self.format_penalty = format_penalty
         self.walls: set[Cell] = set()
         self.position: Cell = (0, 0)
@@ -194,7 +182,7 @@ class GridWorldEnv:
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
         if action.kind != "tool":
             return self._invalid(action.error or "no move in this turn")
-        if action.name != MoveTool.name:
+        if action.name != MOVE_TOOL.name:
             return self._invalid(f"unknown action '{action.name}'")
         direction = str(action.arguments.get("direction", "")).strip().lower()
         if direction not in MOVES:
@@ -208,7 +196,7 @@ class GridWorldEnv:
             return StepResult(None, 1.0, terminated=True, info={"tool_call": 1, "success": 1.0})
         state = self.state_text()
         return StepResult(
-            Observation(content=state, name=MoveTool.name, anchor=state),
+            Observation(content=state, name=MOVE_TOOL.name, anchor=state),
             0.0,
             info={"tool_call": 1},
         )

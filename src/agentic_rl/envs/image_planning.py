@@ -53,7 +53,7 @@ from agentic_rl.envs.gridworld import (
 )
 from agentic_rl.envs.patch_vq import CodeParseError, PatchVQ
 from agentic_rl.envs.visual import CELL, COLOURS, render_grid
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 Cell = tuple[int, int]
@@ -70,22 +70,8 @@ SYSTEM_PROMPT = (
 )
 
 
-class StateTool:
-    """The next picture as a tool schema (so the tag format parses `<state>tokens</state>`).
-
-    Pictures are read by `ImagePlanningEnv.step` itself; calling the tool directly is an error."""
-
-    name = "state"
-    description = "The picture after one move, as 25 image tokens."
-    parameters: dict[str, Any] = {  # a constant schema, never mutated
-        "type": "object",
-        "properties": {"tokens": {"type": "string"}},
-        "required": ["tokens"],
-    }
-    result_tag = "observation"
-
-    def __call__(self, **arguments: Any) -> str:
-        raise ToolError("pictures are read by the image-planning env, not called as a tool")
+STATE_TOOL = EnvActionTool("state", "The picture after one move, as 25 image tokens.", "tokens")
+"""`<state>tokens</state>`: the next picture, read by `ImagePlanningEnv.step`."""
 
 
 @lru_cache(maxsize=4)
@@ -177,7 +163,7 @@ class ImagePlanningEnv:
             )
         if not 0.0 <= expert_noise <= 1.0:
             raise ValueError(f"expert_noise must be in [0, 1], got {expert_noise}")
-        self.tools: list[Any] = [StateTool()]
+        self.tools: list[Any] = [STATE_TOOL]
         self.rewards = (float(progress_reward), float(valid_reward), float(invalid_reward))
         self.expert_noise = float(expert_noise)
         self.vq = grid_vq(int(codebook_size))
@@ -225,7 +211,7 @@ class ImagePlanningEnv:
         if self.done:
             raise RuntimeError("step() called after the episode terminated; call reset()")
         self.turns += 1
-        if action.kind != "tool" or action.name != StateTool.name:
+        if action.kind != "tool" or action.name != STATE_TOOL.name:
             why = action.error or (
                 "no picture in this turn" if action.kind != "tool" else f"unknown '{action.name}'"
             )
@@ -253,7 +239,7 @@ class ImagePlanningEnv:
             info.update({"success": 1.0, "env/optimal_plan": float(optimal)})
             return StepResult(None, progress, terminated=True, info=info)
         return StepResult(
-            Observation(content="", name=StateTool.name, anchor=self.state_key()),
+            Observation(content="", name=STATE_TOOL.name, anchor=self.state_key()),
             progress if closer else valid,
             info=info,
         )

@@ -12,27 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentic_rl.tools.base import ToolError
+from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult
 
 KNOWLEDGE_HINT = " To consult the knowledge base, write <knowledge>help</knowledge>."
 
 
-class KnowledgeTool:
-    """`<knowledge>topic</knowledge>`: a rule about the current state (answered by the env's
-    `step`; calling it directly is an error)."""
-
-    name = "knowledge"
-    description = "Consult the knowledge base about the current state."
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {"topic": {"type": "string"}},
-        "required": ["topic"],
-    }
-    result_tag = "rule"
-
-    def __call__(self, **arguments: Any) -> str:
-        raise ToolError("knowledge is answered by the env's step(), not called as a tool")
+KNOWLEDGE_TOOL = EnvActionTool(
+    "knowledge", "Consult the knowledge base about the current state.", "topic", result_tag="rule"
+)
+"""`<knowledge>topic</knowledge>`: a rule about the current state, answered by the env's `step`."""
 
 
 class KnowledgeMixin:
@@ -43,24 +32,24 @@ class KnowledgeMixin:
     done: bool
 
     def enable_knowledge(self) -> None:
-        self.tools.append(KnowledgeTool())
+        self.tools.append(KNOWLEDGE_TOOL)
 
     @property
     def has_knowledge(self) -> bool:
-        return any(t.name == KnowledgeTool.name for t in self.tools)
+        return any(t.name == KNOWLEDGE_TOOL.name for t in self.tools)
 
     def knowledge(self) -> str:
         """The rule for the current state."""
         raise NotImplementedError
 
     def step(self, action: Action) -> StepResult:
-        if action.kind == "tool" and action.name == KnowledgeTool.name and not self.done:
+        if action.kind == "tool" and action.name == KNOWLEDGE_TOOL.name and not self.done:
             if not self.has_knowledge:
                 return self._invalid("the knowledge tool is not enabled")  # type: ignore[attr-defined]
             return StepResult(
                 Observation(
                     content=self.knowledge(),
-                    name=KnowledgeTool.name,
+                    name=KNOWLEDGE_TOOL.name,
                     anchor=self.anchor_key(),  # type: ignore[attr-defined]
                 ),
                 0.0,

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from agentic_rl.envs.gridworld import SIZE, GridWorldEnv, MoveTool, make_gridworld_tasks
+from agentic_rl.envs.gridworld import MOVE_TOOL, SIZE, GridWorldEnv, make_gridworld_tasks
 from agentic_rl.model.load import cache_root
 from agentic_rl.model.vision import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
@@ -311,7 +311,7 @@ class VisualGridEnv(GridWorldEnv):
     def step(self, action: Action) -> StepResult:
         result = super().step(action)
         if result.observation is not None:  # the state as a picture instead of its description
-            moved = result.observation.name == MoveTool.name
+            moved = result.observation.name == MOVE_TOOL.name
             result.observation.content = (
                 "Moved." if moved else _without_state(result.observation.content, self.state_text())
             )

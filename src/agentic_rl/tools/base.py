@@ -70,6 +70,30 @@ class FunctionTool:
         return str(self.fn(**arguments))
 
 
+@dataclass(frozen=True)
+class EnvActionTool:
+    """An action the env's `step` applies itself (a move, a picture, a knowledge query), declared
+    as a one-argument tool so every chat format parses it (`<name>argument</name>` in the tag
+    format, a JSON call in hermes). Calling it directly is an error: only the env knows what it
+    does. `choices`, when given, is the argument's enum in the schema."""
+
+    name: str
+    description: str
+    argument: str
+    result_tag: str = "observation"
+    choices: tuple[str, ...] = ()
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": "string"}
+        if self.choices:
+            spec["enum"] = list(self.choices)
+        return {"type": "object", "properties": {self.argument: spec}, "required": [self.argument]}
+
+    def __call__(self, **arguments: Any) -> str:
+        raise ToolError(f"<{self.name}> is applied by the env's step(), not called as a tool")
+
+
 @dataclass
 class ToolOutcome:
     """Result of `call_tool`. `text` is what the agent sees; `error` is a short machine-readable

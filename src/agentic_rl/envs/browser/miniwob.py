@@ -51,7 +51,7 @@ from agentic_rl.envs.browser.actions import (
 from agentic_rl.envs.browser.driver import BrowserDied, BrowserPool, Lease, shared_pool
 from agentic_rl.envs.browser.experts import EXPERTS
 from agentic_rl.envs.browser.page import Snapshot, take_snapshot
-from agentic_rl.envs.discrete import ActionTool
+from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.visual import default_image_dir
 from agentic_rl.model.vision import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
@@ -175,7 +175,7 @@ class MiniWoBEnv:
             raise ValueError(f"episode_time_s must be > 0, got {episode_time_s}")
         if reload_every < 1:
             raise ValueError(f"reload_every must be >= 1, got {reload_every}")
-        self.tools: list[Any] = [ActionTool()]
+        self.tools: list[Any] = [ACTION_TOOL]
         self.format_penalty = format_penalty
         self.max_steps = max_steps
         self.episode_time_s = episode_time_s
@@ -342,7 +342,7 @@ class MiniWoBEnv:
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
         if action.kind != "tool":
             return self._invalid(action.error or "no action in this turn")
-        if action.name != ActionTool.name:
+        if action.name != ACTION_TOOL.name:
             return self._invalid(f"unknown tag <{action.name}>: write <action>...</action>")
         try:
             parsed = parse_browser_action(str(action.arguments.get("actions", "")))
@@ -372,7 +372,7 @@ class MiniWoBEnv:
         return StepResult(
             self._with_screenshot(
                 Observation(
-                    content=self.snapshot.render(), name=ActionTool.name, anchor=self.anchor_key()
+                    content=self.snapshot.render(), name=ACTION_TOOL.name, anchor=self.anchor_key()
                 )
             ),
             0.0,
@@ -408,7 +408,7 @@ class MiniWoBEnv:
     def canonical_action(self, action: Action) -> Hashable:
         """What an action does, independent of how it was written (`click( 3 )` = `click(3)`):
         learning from failures compares the agent's action with the expert's by this."""
-        if action.kind == "tool" and action.name == ActionTool.name:
+        if action.kind == "tool" and action.name == ACTION_TOOL.name:
             try:
                 return parse_browser_action(str(action.arguments.get("actions", "")))
             except BrowserActionError:

@@ -37,7 +37,7 @@ import math
 import random
 from typing import Any, Literal
 
-from agentic_rl.envs.discrete import ActionTool
+from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.embodied.action_tokens import ActionCodec, ActionDecodeError
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -183,7 +183,7 @@ class ManipulationEnv:
             raise ValueError(f"bin_step must be > 0, got {bin_step}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.tools: list[Any] = [ActionTool()]
+        self.tools: list[Any] = [ACTION_TOOL]
         self.codec = ActionCodec(num_bins, dims=3)
         self.bin_step = bin_step
         self.max_steps = max_steps
@@ -289,7 +289,7 @@ class ManipulationEnv:
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
         if action.kind != "tool":
             return self._invalid(action.error or "no action in this turn")
-        if action.name != ActionTool.name:
+        if action.name != ACTION_TOOL.name:
             return self._invalid(f"unknown action tag '{action.name}'")
         try:
             dx, dy, grip = self.codec.decode_bins(str(action.arguments.get("actions", "")))
@@ -309,7 +309,7 @@ class ManipulationEnv:
             self.done = True
             info["success"] = float(terminated)
         return StepResult(
-            Observation(content=self.state_text(), name=ActionTool.name),
+            Observation(content=self.state_text(), name=ACTION_TOOL.name),
             reward,
             terminated=terminated,
             truncated=truncated,
@@ -430,5 +430,5 @@ def expert_actions(task: Task, num_bins: int, bin_step: float, max_steps: int) -
     while not env.done:
         text = env.codec.encode_bins(env.expert_bins())
         actions.append(text.strip())
-        result = env.step(Action(kind="tool", name=ActionTool.name, arguments={"actions": text}))
+        result = env.step(Action(kind="tool", name=ACTION_TOOL.name, arguments={"actions": text}))
     return actions if result.info.get("success") == 1.0 else None
