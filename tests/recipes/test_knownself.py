@@ -147,3 +147,20 @@ def test_knownself_household_smoke(tmp_path):
     assert summary["labelled_tasks"] >= 1 and summary["sft"]["steps"] >= 1
     assert {"before", "sft_only", "sft"} <= set(summary["evals"])  # baseline in the same run
     assert (tmp_path / "ksh" / "dpo" / "summary.json").exists()
+
+
+def test_sft_tasks_holds_labelled_tasks_back_for_the_pairs(tmp_path):
+    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=ks", "*:knownself.sft_tasks=1"]
+    assert main(["train", "knownself", *SMOKE, *out, "--smoke"]) == 0
+    sft = json.loads((tmp_path / "ks" / "sft" / "summary.json").read_text())
+    assert sft["labelled_tasks"] >= 2 and sft["held_back"] == sft["labelled_tasks"] - 1
+    # the held-back tasks come first in the labelled file, which the DPO stage plays in order
+    gold = [
+        json.loads(line)["task_id"]
+        for line in (tmp_path / "ks" / "sft" / "labelled.jsonl").read_text().splitlines()
+    ]
+    dpo = json.loads((tmp_path / "ks" / "dpo" / "summary.json").read_text())
+    assert len(gold) == sft["labelled_tasks"] and gold[-1:] == sft["sft_task_ids"]
+    assert dpo["played"] == min(len(gold), 4)
+    with pytest.raises(ConfigError, match="knownself.sft_tasks must be in 0..knownself.num_tasks"):
+        load_config("knownself", ["knownself.sft_tasks=999"])

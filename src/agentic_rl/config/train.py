@@ -194,7 +194,12 @@ class KnownSelfConfig:
     action_tokens: int = 32
     """Token budget of the model's proposed action at each gold step while labelling."""
     pair_tasks: int = 32
-    """Training tasks the SFT model plays to build DPO pairs (failed episode vs labelled gold)."""
+    """Training tasks the SFT model plays to build DPO pairs (failed episode vs labelled gold):
+    the labelled tasks held back from SFT (`sft_tasks`) first, then the SFT ones."""
+    sft_tasks: int = 0
+    """How many of the labelled trajectories the SFT stage trains on (0 = all, as KnownSelf
+    does). The rest are held back for the DPO stage: a small model memorises its few SFT tasks,
+    so replaying them gives no failures and no pairs; held-back tasks it has not seen do."""
     nll_coef: float = 1.0
     """Weight of the NLL on the chosen trajectory added to the DPO loss (KnownSelf)."""
     sft_only_baseline: bool = False

@@ -55,6 +55,11 @@ def validate(cfg: Config) -> None:
     _check_choice("planner.cum_reward", cfg.planner.cum_reward, ("mean", "sum"))
     _check_choice("planner.calc_q", cfg.planner.calc_q, ("mean", "max"))
     _check_choice("knownself.phase", cfg.knownself.phase, ("all", "sft_only", "sft", "dpo"))
+    if not 0 <= cfg.knownself.sft_tasks <= cfg.knownself.num_tasks:
+        raise ConfigError(
+            f"knownself.sft_tasks must be in 0..knownself.num_tasks ({cfg.knownself.num_tasks}), "
+            f"got {cfg.knownself.sft_tasks}"
+        )
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)
     _check_positive(
         cfg,

@@ -276,11 +276,21 @@ def _label_and_sft(
     counts = Counter(label["label"] for label in labels)
     print(f"labelled {len(gold)} of {len(tasks)} tasks: {dict(counts)}", flush=True)
     (out / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
-    save_trajectories(out / LABELLED_FILE, list(gold.values()))
-    record("labels", labels=dict(counts), labelled_tasks=len(gold))
     if not gold:
         raise RuntimeError("knownself: no labelled episode succeeded; nothing to train on")
-    sft = supervised(setup, list(gold.values()))
+    trained = list(gold.values())[: k.sft_tasks or None]
+    held_back = list(gold.values())[len(trained) :]
+    # held-back tasks first: the DPO stage plays the labelled tasks in this order
+    gold = {t.task_id: t for t in held_back + trained}
+    save_trajectories(out / LABELLED_FILE, list(gold.values()))
+    record(
+        "labels",
+        labels=dict(counts),
+        labelled_tasks=len(gold),
+        held_back=len(held_back),
+        sft_task_ids=[t.task_id for t in trained],
+    )
+    sft = supervised(setup, trained)
     evals["sft"] = evaluate(setup)
     record("sft", sft=sft)
     return gold
@@ -289,9 +299,11 @@ def _label_and_sft(
 def _pairs_and_dpo(
     setup: Setup, gold: dict[str, Trajectory], evals: dict[str, Any], record: Record
 ) -> None:
-    """Steps 3-4: the model plays the labelled tasks, failures become DPO pairs, DPO + NLL."""
+    """Steps 3-4: the model plays the labelled tasks (in `gold`'s order: those held back from
+    SFT first), failures become DPO pairs, DPO + NLL."""
     cfg, k = setup.cfg, setup.cfg.knownself
-    pair_tasks = [t for t in setup.train_tasks if t.task_id in gold][: k.pair_tasks]
+    by_id = {t.task_id: t for t in setup.train_tasks}
+    pair_tasks = [by_id[task_id] for task_id in gold if task_id in by_id][: k.pair_tasks]
     act = policy_actor(
         setup.generator, setup.fmt, cfg.rollout, seed=cfg.trainer.seed, tokenizer=setup.tokenizer
     )
