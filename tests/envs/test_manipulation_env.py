@@ -9,9 +9,9 @@ import re
 import pytest
 
 from agentic_rl.envs.base import check_env
-from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, code_word_ids
+from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, CodeParseError, code_word_ids
 from agentic_rl.envs.discrete import ACTION_TOOL
-from agentic_rl.envs.embodied.action_tokens import ActionCodec, ActionDecodeError
+from agentic_rl.envs.embodied.action_tokens import ActionCodec
 from agentic_rl.envs.embodied.manipulation import (
     ManipulationEnv,
     TableSim,
@@ -73,11 +73,11 @@ def test_action_token_round_trip(tokenizer, num_bins):
 
 def test_malformed_and_out_of_range_actions_raise_with_a_reason():
     codec = ActionCodec(11)
-    with pytest.raises(ActionDecodeError, match="expected 3 action tokens, got 2"):
+    with pytest.raises(CodeParseError, match="expected 3 action tokens, got 2"):
         codec.decode_bins(" exfol exfol")
-    with pytest.raises(ActionDecodeError, match="'left' is not an action token"):
+    with pytest.raises(CodeParseError, match="'left' is not an action token"):
         codec.decode_bins("left exfol exfol")
-    with pytest.raises(ActionDecodeError, match="bin 11, out of range"):
+    with pytest.raises(CodeParseError, match="code 11, out of range"):
         codec.decode_bins(f"exfol exfol {CODE_WORDS[11]}")
 
 

@@ -53,6 +53,28 @@ assert len(CODE_WORDS) == NUM_CODE_WORDS and len(set(CODE_WORDS)) == NUM_CODE_WO
 CODE_INDEX: dict[str, int] = {word: k for k, word in enumerate(CODE_WORDS)}
 
 
+class CodeParseError(ValueError):
+    """Text that is not a valid sequence of codes; the message says why (an observation)."""
+
+
+def parse_codes(text: str, count: int, limit: int, noun: str) -> list[int]:
+    """The codes of `text` (code words separated by white space, any case): exactly `count`
+    of them, each below `limit`; CodeParseError naming the first problem, the words called
+    `noun`s ("action token", "image token")."""
+    words = text.split()
+    if len(words) != count:
+        raise CodeParseError(f"expected {count} {noun}s, got {len(words)}")
+    codes = []
+    for word in words:
+        code = CODE_INDEX.get(word.lower())
+        if code is None:
+            raise CodeParseError(f"'{word[:20]}' is not an {noun}")
+        if code >= limit:
+            raise CodeParseError(f"'{word}' is code {code}, out of range (codes 0..{limit - 1})")
+        codes.append(code)
+    return codes
+
+
 def code_word_ids(tokenizer: Any, n: int = NUM_CODE_WORDS) -> list[int]:
     """The token id of each of the first `n` code words under `tokenizer`; raises ValueError if
     any is not exactly one token (then a code costs several tokens)."""

@@ -68,6 +68,14 @@ def shortest_path(walls: set[Cell], start: Cell, goal: Cell, size: int = SIZE) -
     raise ValueError(f"goal {goal} unreachable from {start}")
 
 
+def layout_of(task: Task) -> tuple[set[Cell], Cell, Cell]:
+    """The walls, start and goal cells a grid-world task's `fields` hold."""
+    walls = {(int(r), int(c)) for r, c in task.fields["walls"]}
+    start = (int(task.fields["start"][0]), int(task.fields["start"][1]))
+    goal = (int(task.fields["goal"][0]), int(task.fields["goal"][1]))
+    return walls, start, goal
+
+
 def inside(cell: Cell, size: int) -> bool:
     return 0 <= cell[0] < size and 0 <= cell[1] < size
 
@@ -159,9 +167,7 @@ class GridWorldEnv:
         """Start on `task`'s layout; `seed` is unused (the layout fixes everything)."""
         del seed
         self.task = task
-        self.walls = {(int(r), int(c)) for r, c in task.fields["walls"]}
-        self.position = (int(task.fields["start"][0]), int(task.fields["start"][1]))
-        self.goal = (int(task.fields["goal"][0]), int(task.fields["goal"][1]))
+        self.walls, self.position, self.goal = layout_of(task)
         self.done = False
         state = self.state_text()
         return Observation(

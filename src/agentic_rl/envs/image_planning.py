@@ -44,14 +44,16 @@ from typing import Any
 
 import numpy as np
 
+from agentic_rl.envs.code_words import CodeParseError
 from agentic_rl.envs.gridworld import (
     MOVES,
     SIZE,
     inside,
+    layout_of,
     make_gridworld_tasks,
     shortest_path,
 )
-from agentic_rl.envs.patch_vq import CodeParseError, PatchVQ
+from agentic_rl.envs.patch_vq import PatchVQ
 from agentic_rl.envs.visual import CELL, COLOURS, render_grid
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
@@ -81,8 +83,7 @@ def grid_vq(codebook_size: int = CODEBOOK_SIZE) -> PatchVQ:
     and every run gets the same codes."""
     images = []
     for task in make_gridworld_tasks("train", CODEBOOK_LAYOUTS, seed=0):
-        walls = {(int(r), int(c)) for r, c in task.fields["walls"]}
-        goal = (int(task.fields["goal"][0]), int(task.fields["goal"][1]))
+        walls, _, goal = layout_of(task)
         for r in range(SIZE):
             for c in range(SIZE):
                 if (r, c) not in walls:
@@ -188,9 +189,7 @@ class ImagePlanningEnv:
         """Start on `task`'s layout; `seed` is unused (the layout fixes everything)."""
         del seed
         self.task = task
-        self.walls = {(int(r), int(c)) for r, c in task.fields["walls"]}
-        self.position = (int(task.fields["start"][0]), int(task.fields["start"][1]))
-        self.goal = (int(task.fields["goal"][0]), int(task.fields["goal"][1]))
+        self.walls, self.position, self.goal = layout_of(task)
         self.optimal_length = len(shortest_path(self.walls, self.position, self.goal))
         self.turns = self.invalid = 0
         self.done = False

@@ -23,11 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentic_rl.envs.code_words import CODE_INDEX, CODE_WORDS, NUM_CODE_WORDS
-
-
-class CodeParseError(ValueError):
-    """Text that is not a valid code sequence; the message says why."""
+from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, parse_codes
 
 
 def _patches(image: Any, patch: int) -> tuple[np.ndarray, tuple[int, int]]:
@@ -137,15 +133,4 @@ class PatchVQ:
 
     def parse(self, text: str, count: int) -> list[int]:
         """The codes of `text`; CodeParseError naming the first problem."""
-        words = text.split()
-        if len(words) != count:
-            raise CodeParseError(f"expected {count} image tokens, got {len(words)}")
-        codes = []
-        for word in words:
-            code = CODE_INDEX.get(word.lower())
-            if code is None:
-                raise CodeParseError(f"'{word[:20]}' is not an image token")
-            if code >= self.size:
-                raise CodeParseError(f"'{word}' is code {code}, past the codebook ({self.size})")
-            codes.append(code)
-        return codes
+        return parse_codes(text, count, self.size, "image token")

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentic_rl.envs.code_words import CODE_INDEX, CODE_WORDS, NUM_CODE_WORDS
-
-
-class ActionDecodeError(ValueError):
-    """A malformed action: the message says why (shown to the model as an observation)."""
+from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, parse_codes
 
 
 class ActionCodec:
@@ -53,22 +49,9 @@ class ActionCodec:
         return self.encode_bins([self.bin_of(v) for v in values])
 
     def decode_bins(self, text: str) -> list[int]:
-        """The bins of an action text; raises ActionDecodeError naming what is wrong (a word
+        """The bins of an action text; raises CodeParseError naming what is wrong (a word
         that is no action token, a token of a bin past `num_bins`, the wrong count)."""
-        words = text.split()
-        if len(words) != self.dims:
-            raise ActionDecodeError(f"expected {self.dims} action tokens, got {len(words)}")
-        bins = []
-        for word in words:
-            k = CODE_INDEX.get(word.lower())
-            if k is None:
-                raise ActionDecodeError(f"'{word[:20]}' is not an action token")
-            if k >= self.num_bins:
-                raise ActionDecodeError(
-                    f"'{word}' is bin {k}, out of range (bins 0..{self.num_bins - 1})"
-                )
-            bins.append(k)
-        return bins
+        return parse_codes(text, self.dims, self.num_bins, "action token")
 
     def decode(self, text: str) -> list[float]:
         """The action values (bin centres) of an action text."""

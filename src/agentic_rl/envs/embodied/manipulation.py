@@ -37,8 +37,9 @@ import math
 import random
 from typing import Any, Literal
 
+from agentic_rl.envs.code_words import CodeParseError
 from agentic_rl.envs.discrete import ACTION_TOOL
-from agentic_rl.envs.embodied.action_tokens import ActionCodec, ActionDecodeError
+from agentic_rl.envs.embodied.action_tokens import ActionCodec
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
@@ -293,7 +294,7 @@ class ManipulationEnv:
             return self._invalid(f"unknown action tag '{action.name}'")
         try:
             dx, dy, grip = self.codec.decode_bins(str(action.arguments.get("actions", "")))
-        except ActionDecodeError as err:
+        except CodeParseError as err:
             return self._invalid(str(err))
         before = self.potential()
         clamped = self.sim.move(self.move_of(dx), self.move_of(dy))
