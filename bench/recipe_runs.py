@@ -174,9 +174,12 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, out_dir: Path) -> 
 
 
 def held_out_line(summary: dict[str, Any]) -> str:
-    """`before -> warm start -> after` held-out success (per stage when staged)."""
+    """`before -> warm start -> after` held-out success (per stage when staged; a KnownSelf
+    stage names its own evaluations: `{"evals": {"sft_only": {...}, ...}}`)."""
     if "stages" in summary:
         return "; ".join(f"{k}: {held_out_line(v)}" for k, v in summary["stages"].items())
+    if "evals" in summary:
+        return ", ".join(f"{k} {e['success']:.2f}" for k, e in summary["evals"].items()) or "-"
     parts = [
         f"{summary[k]['success']:.2f}" for k in ("before", "warm_start", "after") if k in summary
     ]

@@ -40,3 +40,10 @@ def test_held_out_line_reads_single_and_staged_summaries() -> None:
     assert recipe_runs.held_out_line(single) == "0.00 -> 0.50 -> 0.75"
     staged = {"stages": {"s1": {"after": {"success": 0.25}}, "s2": {"after": {"success": 0.5}}}}
     assert recipe_runs.held_out_line(staged) == "s1: 0.25; s2: 0.50"
+    knownself = {
+        "stages": {
+            "baseline": {"evals": {"before": {"success": 0.0}, "sft_only": {"success": 0.375}}},
+            "dpo": {"evals": {}},
+        }
+    }
+    assert recipe_runs.held_out_line(knownself) == "baseline: before 0.00, sft_only 0.38; dpo: -"
