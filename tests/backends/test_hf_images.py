@@ -12,7 +12,7 @@ from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.tokens import encode_prompt
-from agentic_rl.model.vision import image_text, save_image, vision_inputs
+from agentic_rl.model.vision import save_image, spec_of_dir, vision_inputs
 from agentic_rl.types import SamplingParams
 
 
@@ -27,6 +27,10 @@ def pictures(tmp_path):
     red = save_image(Image.new("RGB", (32, 32), (255, 0, 0)), tmp_path)
     blue = save_image(Image.new("RGB", (32, 32), (0, 0, 255)), tmp_path)
     return red, blue
+
+
+def image_text(tok) -> str:
+    return spec_of_dir(tok.name_or_path).placeholder
 
 
 def prompt(tok) -> list[int]:

@@ -28,7 +28,6 @@ from agentic_rl.model.vision import (
     IMAGE_TOKEN,
     VISION_TOKENS,
     ImageError,
-    image_text,
     save_image,
     spec_of_dir,
 )
@@ -184,7 +183,10 @@ def pictures(tmp_path):
 
 
 def vlm_prompt(tok, n_images: int, text: str = "What colour?") -> list[int]:
-    return encode_prompt(tok, [{"role": "user", "content": text + image_text(tok) * n_images}])
+    return encode_prompt(
+        tok,
+        [{"role": "user", "content": text + spec_of_dir(tok.name_or_path).placeholder * n_images}],
+    )
 
 
 def vlm_llm(tok, replies=(), expansion=None):
@@ -316,6 +318,21 @@ def test_vision_model_on_vllm_needs_an_image_limit(tiny_vlm_dir):
         ["model.name=smollm2-135m-vision", "rollout.backend=vllm", "vllm.max_images_per_prompt=4"],
     )
     assert cfg.vllm.max_images_per_prompt == 4
+
+
+def test_qwen2_vl_pictures_are_refused_on_vllm(tiny_qwen2_vl_dir):
+    """Image inputs on vLLM are built for Idefics3 placeholders only: a Qwen2-VL policy is a
+    load-time error that names the hf backend, and the generator refuses it too."""
+    name = str(tiny_qwen2_vl_dir)
+    with pytest.raises(ConfigError, match="qwen2_vl model: rollout.backend=vllm"):
+        load_config(
+            None, [f"model.name={name}", "rollout.backend=vllm", "vllm.max_images_per_prompt=2"]
+        )
+    assert model_load.vision_family(name) == "qwen2_vl"
+    assert model_load.vision_family(model_load.GRAFTED_NAME) == "idefics3"
+    tok = load_tokenizer(ModelConfig(name=name))
+    with pytest.raises(ModelLoadError, match="rollout.backend=hf"):
+        fake_generator(tok)
 
 
 def test_takes_images_reads_only_the_name_or_config(tiny_vlm_dir, tmp_path):

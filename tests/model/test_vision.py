@@ -15,11 +15,10 @@ from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import load_policy, tiny_model, token_logprobs
 from agentic_rl.model.vision import (
     IMAGE_TOKEN,
+    Idefics3Spec,
     ImageError,
-    VisionSpec,
     freeze_text_model,
     graft_vlm,
-    image_text,
     load_image,
     preprocess,
     save_image,
@@ -63,8 +62,8 @@ def test_local_vlm_dir_loads_with_its_spec(tiny_vlm_dir):
     policy, tok = load_policy(ModelConfig(name=str(tiny_vlm_dir)))
     assert type(policy).__name__ == "Idefics3ForConditionalGeneration"
     spec = spec_of_dir(str(tiny_vlm_dir))
-    assert spec == VisionSpec(32, 4, tok.convert_tokens_to_ids(IMAGE_TOKEN))
-    ids = tok(image_text(tok), add_special_tokens=False)["input_ids"]
+    assert spec == Idefics3Spec(32, 4, tok.convert_tokens_to_ids(IMAGE_TOKEN))
+    ids = tok(spec.placeholder, add_special_tokens=False)["input_ids"]
     # one image = around + global + 4 x <image> + around, each a single special id
     assert len(ids) == 7 and ids.count(spec.image_token_id) == 4
 
@@ -92,7 +91,7 @@ def test_image_refs_are_content_addressed_and_checked(tmp_path):
 
 def test_preprocess_hand_values():
     """(x / 255 - mean) / std per channel, channels first, resized to the tower's side."""
-    spec = VisionSpec(
+    spec = Idefics3Spec(
         image_size=4,
         tokens_per_image=1,
         image_token_id=0,
@@ -109,9 +108,8 @@ def test_learner_logprobs_see_the_pixels(tiny_vlm_dir, tmp_path):
     pixels give other logprobs: the image reaches the learner."""
     policy, tok = load_policy(ModelConfig(name=str(tiny_vlm_dir)))
     policy.eval()
-    ids = torch.tensor(
-        [tok("Look:" + image_text(tok) + " a red square", add_special_tokens=False)["input_ids"]]
-    )
+    text = "Look:" + spec_of_dir(str(tiny_vlm_dir)).placeholder + " a red square"
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
     attn = torch.ones_like(ids)
     red, blue = save_image(solid((255, 0, 0)), tmp_path), save_image(solid((0, 0, 255)), tmp_path)
     with torch.no_grad():

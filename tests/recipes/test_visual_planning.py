@@ -126,3 +126,33 @@ def test_batch_rows_keep_their_images(episodes):
     ]
     mask = torch.tensor([i % 2 == 1 for i in range(len(trajectories))])
     assert batch.select(mask).images == [t.images for t in trajectories[1::2]]
+
+
+def test_a_qwen2_vl_policy_plays_and_trains(tmp_path, tiny_qwen2_vl_dir):
+    """The recipe with the other supported family (picture-sized placeholders, M-RoPE): its
+    episodes hold each picture's own number of `<|image_pad|>` tokens with loss mask 0, the
+    learner's logprobs on them are the behaviour logprobs (and are not with blank pictures),
+    and the smoke run trains through the warm start and GRPO steps."""
+    cfg = load_config("visual_planning", overrides(tiny_qwen2_vl_dir, tmp_path), smoke=True)
+    cfg.rollout.max_turns = 3
+    setup = build(cfg)
+    played = rollout(setup, setup.train_tasks[:2], cfg.rollout.group_size, seed=0, step=0)
+    trajectories = [s[0] for s in played.samples]
+    spec = spec_of_dir(str(tiny_qwen2_vl_dir))
+    for t in trajectories:
+        slots = [i for i, tok in enumerate(t.token_ids) if tok == spec.image_token_id]
+        assert len(slots) == sum(spec.image_tokens(ref) for ref in t.images) > 0
+        assert all(t.loss_mask[i] == 0 for i in slots)
+    batch = collate(trajectories, setup.tokenizer.pad_token_id)
+    lp, _ = forward_no_grad(setup.policy, batch, 64, 8)
+    mask = batch.loss_mask > 0  # (the fixture's sharp attention: ~1e-4 of cached-vs-full noise)
+    assert torch.allclose(lp[mask], batch.behav_logprobs[mask], atol=5e-4)
+    blank = save_image(Image.new("RGB", (80, 80), (255, 255, 255)), tmp_path)
+    batch.images = [[blank] * len(t.images) for t in trajectories]
+    other, _ = forward_no_grad(setup.policy, batch, 64, 8)
+    assert not torch.allclose(other[mask], batch.behav_logprobs[mask], atol=5e-3)
+    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=q"]
+    args = ["train", "visual_planning", *overrides(tiny_qwen2_vl_dir, tmp_path), *out, "--smoke"]
+    assert main(args) == 0
+    rows = [r for r in read_metrics(tmp_path / "q" / "metrics.jsonl") if "train/reward" in r]
+    assert len(rows) == 2

@@ -20,7 +20,7 @@ from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_ste
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.model.attention import register_if_used
 from agentic_rl.model.prefix_sharing import cache_keyword
-from agentic_rl.model.vision import VISION_TOKENS, spec_of_model, vision_inputs
+from agentic_rl.model.vision import Qwen2VLSpec, spec_of_model, vision_inputs
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
@@ -179,8 +179,10 @@ class HFGenerator:
             eos = [tokenizer.eos_token_id]
         self.eos_token_ids = set(eos)
         self._banned: list[int] | None = None  # a VLM's placeholder ids: never sampled
-        if spec_of_model(model) is not None:
-            self._banned = [int(tokenizer.convert_tokens_to_ids(t)) for t in VISION_TOKENS]
+        self._vision = spec_of_model(model)
+        if self._vision is not None:
+            vocab = tokenizer.get_vocab()
+            self._banned = [vocab[t] for t in self._vision.special_tokens if t in vocab]
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # transformers renamed `past_key_values` to `cache`; support both.
         params = inspect.signature(model.forward).parameters
@@ -370,7 +372,10 @@ class HFGenerator:
         Row layout (columns of the attention mask): [pad][cached prefix][pad][new suffix]; pads
         are masked out and position ids are explicit, so rows of any cached / new length batch
         together. `images`: each prompt's images; those not in a reused prefix go into this
-        prefill. Returns (cache, attention mask, next position [U, 1], last logits [U, V])."""
+        prefill. An M-RoPE model (Qwen2-VL) gets the suffix's slice of its whole prompt's 3-D
+        positions, and decodes on from the prompt's largest position + 1, as transformers'
+        `get_rope_index` / `rope_deltas` do. Returns (cache, attention mask, next position
+        [U, 1], last logits [U, V])."""
         from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
@@ -390,20 +395,27 @@ class HFGenerator:
         ids = torch.full((u, width), self.pad_token_id, dtype=torch.long, device=device)
         attn = torch.zeros((u, past + width), dtype=torch.long, device=device)
         positions = torch.zeros((u, width), dtype=torch.long, device=device)
+        following = torch.tensor([[len(p)] for p in prompts], dtype=torch.long, device=device)
         for i, (suffix, length) in enumerate(zip(suffixes, cached, strict=True)):
             ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
             attn[i, past - length : past] = 1
             attn[i, past + width - len(suffix) :] = 1
             positions[i, width - len(suffix) :] = torch.arange(length, length + len(suffix))
         extra: dict[str, torch.Tensor] = {}
+        if images and isinstance(self._vision, Qwen2VLSpec):  # M-RoPE: 3-D positions
+            positions = positions[None].repeat(3, 1, 1)
+            for i, (prompt, refs, length) in enumerate(zip(prompts, images, cached, strict=True)):
+                whole = self._vision.positions(prompt, refs).to(device)
+                positions[:, i, width - (len(prompt) - length) :] = whole[:, length:]
+                following[i, 0] = whole.max() + 1
         if images:  # the pictures whose placeholders are in the new suffixes
             new = [
                 refs[len(self._kv_images.get(p[:length], ())) if length else 0 :]
                 for p, refs, (length, _) in zip(prompts, images, found, strict=True)
             ]
-            extra = vision_inputs(self._compute_model(), new, device, ids)
+            extra = vision_inputs(self._compute_model(), new, device, ids, with_positions=False)
         out = self._forward(ids, attn, positions, cache, extra)
-        return cache, attn, positions[:, -1:] + 1, out.logits[:, -1, :].float()
+        return cache, attn, following, out.logits[:, -1, :].float()
 
     @staticmethod
     def _load_past(cache: Any, found: list, past: int, device: torch.device) -> None:

@@ -26,7 +26,7 @@ imported only then. What it guarantees, as the HF generator does:
   never samples are banned (`bad_words`), as the HF generator sets their logits to -inf.
 
 Image placeholders in token prompts. The prompt ids hold the chat format's expanded placeholder
-of each picture (`VisionSpec.placeholder`: `<fake_token_around_image><global-img>`, `<image>` x
+of each picture (`Idefics3Spec.placeholder`: `<fake_token_around_image><global-img>`, `<image>` x
 tokens_per_image, `<fake_token_around_image>`). vLLM does not take those as they are: for a
 `TokensPrompt` with `multi_modal_data` its multimodal processor always applies the model's prompt
 update itself (`BaseMultiModalProcessor._apply_hf_processor_main` reports token prompts as not
@@ -39,7 +39,9 @@ prompt ids the engine reports (`RequestOutput.prompt_token_ids`) must equal the 
 an engine whose processor expands a picture differently (another `image_seq_len`, image
 splitting) fails loudly instead of sampling in a context the learner never sees. This reading of
 vLLM comes from its source; it has been checked only against the stand-in engine of
-tests/backends/test_vllm_generator.py, not a real engine (no GPU here).
+tests/backends/test_vllm_generator.py, not a real engine (no GPU here). Image inputs are built
+for the Idefics3 family only: a Qwen2-VL policy's pictures (sized placeholders, M-RoPE) run on
+the HF backend, and this generator refuses them at construction.
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so handing it the
 learner's tensors copies them once, straight into its parameters.
@@ -63,7 +65,7 @@ from agentic_rl.config.schema import Config
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import TINY_NAME, model_dir
 from agentic_rl.model.lora import merged_copy, save_adapter
-from agentic_rl.model.vision import VISION_TOKENS, VisionSpec, load_image, spec_of_dir
+from agentic_rl.model.vision import Idefics3Spec, load_image, spec_of_dir
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 # The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.
@@ -163,7 +165,7 @@ def lora_rank_bucket(rank: int) -> int:
     raise ModelLoadError(f"model.lora_rank={rank} exceeds vLLM's largest LoRA rank")
 
 
-def placeholder_ids(spec: VisionSpec, tokenizer: Any) -> list[int]:
+def placeholder_ids(spec: Idefics3Spec, tokenizer: Any) -> list[int]:
     """The token ids of one picture's expanded placeholder, as the chat format tokenises it."""
     return [int(t) for t in tokenizer(spec.placeholder, add_special_tokens=False)["input_ids"]]
 
@@ -264,13 +266,20 @@ class VLLMGenerator:
         self.llm = llm
         self.tokenizer = tokenizer
         # A vision-language model's placeholders, read from the tokenizer's model directory as
-        # the chat format reads them (model/vision.py `image_text`); None: text-only.
-        self.vision = spec_of_dir(str(getattr(tokenizer, "name_or_path", "") or ""))
+        # the chat format reads them (model/vision.py `image_placeholder`); None: text-only.
+        spec = spec_of_dir(str(getattr(tokenizer, "name_or_path", "") or ""))
+        if spec is not None and not isinstance(spec, Idefics3Spec):
+            raise ModelLoadError(
+                f"the vllm backend takes the pictures of Idefics3-family models only, not "
+                f"{type(spec).__name__}'s (placeholders sized by the picture, M-RoPE): use "
+                "rollout.backend=hf for this policy"
+            )
+        self.vision = spec
         self._placeholder: list[int] = []
         self._banned: list[str] = []
         if self.vision is not None:
             self._placeholder = placeholder_ids(self.vision, tokenizer)
-            self._banned = list(VISION_TOKENS)
+            self._banned = list(self.vision.special_tokens)
         # The engine's limit_mm_per_prompt (None: not checked here, the stand-in engine's case).
         self.max_images_per_prompt = max_images_per_prompt
         self._sampling_cls = sampling_params_cls

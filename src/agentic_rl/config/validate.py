@@ -32,7 +32,8 @@ from agentic_rl.config.validate_env import validate_env
 from agentic_rl.config.validate_scale import validate_distributed
 from agentic_rl.config.validate_update import validate_update
 from agentic_rl.formats.registry import CHAT_FORMATS
-from agentic_rl.model.load import takes_images
+from agentic_rl.model.load import takes_images, vision_family
+from agentic_rl.model.vision import IDEFICS3_FAMILIES
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -165,6 +166,13 @@ def _validate_vllm_images(cfg: Config) -> None:
         raise ConfigError(
             f"vllm.max_images_per_prompt is set but does nothing: model.name={cfg.model.name} "
             "is a text-only model"
+        )
+    family = vision_family(cfg.model.name) if vision else None
+    if family is not None and family not in IDEFICS3_FAMILIES:
+        raise ConfigError(
+            f"model.name={cfg.model.name} is a {family} model: rollout.backend=vllm takes the "
+            f"pictures of {', '.join(IDEFICS3_FAMILIES)} models only (Qwen2-VL's sized "
+            "placeholders and M-RoPE positions are built on the hf backend): use rollout.backend=hf"
         )
 
 

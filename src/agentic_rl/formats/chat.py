@@ -11,10 +11,12 @@ Two formats:
 Observations are tokenised on their own and appended (loss mask 0). The model's tokens are never
 decoded and re-encoded: decoding here is only for parsing the action.
 
-Images: an observation's `images` become the model's image placeholder text (`image_text`, e.g.
-Idefics3's `<fake_token_around_image><global-img><image>...`) after its text, which the
-tokenizer maps to the special ids the model puts the image features at (loss mask 0, like all
-inserted text); the images themselves travel beside the tokens (Trajectory.images).
+Images: an observation's `images` become the model's image placeholder text (model/vision.py
+`image_placeholder`, e.g. Idefics3's `<fake_token_around_image><global-img><image>...`, or
+Qwen2-VL's `<|vision_start|><|image_pad|>...<|vision_end|>` sized by the picture) after its
+text, which the tokenizer maps to the special ids the model puts the image features at (loss
+mask 0, like all inserted text); the images themselves travel beside the tokens
+(Trajectory.images).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentic_rl.model.tokens import TokenizerCheckError
-from agentic_rl.model.vision import image_text as model_image_text
+from agentic_rl.model.vision import ImagePlaceholder
+from agentic_rl.model.vision import image_placeholder as model_image_placeholder
 from agentic_rl.types import Action, ImageRef, Message, Observation
 
 ANSWER_TAG = "answer"
@@ -42,29 +45,29 @@ class ChatFormat(Protocol):
     def render_action(self, action: Action) -> str: ...
 
 
-def image_placeholders(image_text: str, images: Sequence[ImageRef]) -> str:
-    """The placeholder text of `images` ("" for none). `image_text` is one image's placeholder
-    (model/vision.py `image_text`); empty means the model cannot see, which is a setup error
-    (an image env with a text-only model), not a model mistake: refused here by name."""
+def image_placeholders(placeholder: ImagePlaceholder | None, images: Sequence[ImageRef]) -> str:
+    """The placeholder text of `images` ("" for none). `placeholder` gives one picture's
+    (model/vision.py `image_placeholder`); None means the model cannot see, which is a setup
+    error (an image env with a text-only model), not a model mistake: refused here by name."""
     if not images:
         return ""
-    if not image_text:
+    if placeholder is None:
         raise ValueError(
             f"an observation carries {len(images)} image(s) but the model takes no images: "
             "use a vision-language model (model.name=smollm2-135m-vision or a local VLM directory)"
         )
-    return "".join("\n" + image_text for _ in images)
+    return "".join("\n" + placeholder(ref) for ref in images)
 
 
 def with_images(
-    messages: list[Message], images: Sequence[ImageRef], image_text: str
+    messages: list[Message], images: Sequence[ImageRef], placeholder: ImagePlaceholder | None
 ) -> list[Message]:
     """The opening messages with `images`' placeholders after the last message's text (the
     user turn a reset ends with)."""
     if not images:
         return messages
     out = [dict(m) for m in messages]
-    out[-1]["content"] = out[-1]["content"] + image_placeholders(image_text, images)
+    out[-1]["content"] = out[-1]["content"] + image_placeholders(placeholder, images)
     return out
 
 
@@ -81,10 +84,13 @@ class TagFormat:
     """`<name>argument</name>` for each tool, `<answer>...</answer>` to finish."""
 
     def __init__(
-        self, tools: Sequence[Any], answer_tag: str = ANSWER_TAG, image_text: str = ""
+        self,
+        tools: Sequence[Any],
+        answer_tag: str = ANSWER_TAG,
+        image_placeholder: ImagePlaceholder | None = None,
     ) -> None:
         self.tools = {t.name: t for t in tools}
-        self.image_text = image_text  # one image's placeholder ("" for a text-only model)
+        self.image_placeholder = image_placeholder  # a picture's text (None: text-only model)
         self.arg_names = {t.name: _tool_arg_name(t) for t in tools}
         self.result_tags = {t.name: getattr(t, "result_tag", "information") for t in tools}
         self.answer_tag = answer_tag
@@ -117,7 +123,7 @@ class TagFormat:
 
     def render_observation(self, observation: Observation) -> str:
         tag = self.result_tags.get(observation.name, "error")
-        images = image_placeholders(self.image_text, observation.images)
+        images = image_placeholders(self.image_placeholder, observation.images)
         return f"\n\n<{tag}>{observation.content}{images}</{tag}>\n\n"
 
     def render_action(self, action: Action) -> str:
@@ -158,7 +164,7 @@ class HermesFormat:
     def __init__(self, tools: Sequence[Any], tokenizer: Any, answer_tag: str = ANSWER_TAG) -> None:
         self.tools = {t.name: t for t in tools}
         self.tokenizer = tokenizer
-        self.image_text = model_image_text(tokenizer)  # "" for a text-only model
+        self.image_placeholder = model_image_placeholder(tokenizer)  # None: text-only model
         self.answer_tag = answer_tag
         self.stop = ["</tool_call>", f"</{answer_tag}>"]
         self._call = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -191,7 +197,7 @@ class HermesFormat:
         return Action(kind="invalid", error="no action in this turn", raw=text)
 
     def render_observation(self, observation: Observation) -> str:
-        images = image_placeholders(self.image_text, observation.images)
+        images = image_placeholders(self.image_placeholder, observation.images)
         return template_suffix(self.tokenizer, [tool_message(observation.content + images)])
 
     def render_action(self, action: Action) -> str:

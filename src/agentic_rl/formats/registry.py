@@ -9,11 +9,13 @@ from typing import Any
 
 from agentic_rl.formats.chat import ChatFormat, HermesFormat, TagFormat
 from agentic_rl.formats.tir import MultiToolHermesFormat, ReToolFormat, SweRLFormat
-from agentic_rl.model.vision import image_text
+from agentic_rl.model.vision import image_placeholder
 
 # name -> (tools, tokenizer) -> format
 CHAT_FORMATS: dict[str, Callable[[Sequence[Any], Any], ChatFormat]] = {
-    "tags": lambda tools, tokenizer: TagFormat(tools, image_text=image_text(tokenizer)),
+    "tags": lambda tools, tokenizer: TagFormat(
+        tools, image_placeholder=image_placeholder(tokenizer)
+    ),
     "hermes": lambda tools, tokenizer: HermesFormat(tools, tokenizer),
     "retool": lambda tools, tokenizer: ReToolFormat(tools),
     "retool_text": lambda tools, tokenizer: ReToolFormat((), tool_name=None),

@@ -195,6 +195,20 @@ def takes_images(model_name: str) -> bool | None:
     return "vision_config" in config
 
 
+def vision_family(model_name: str) -> str | None:
+    """The model type of a vision-language `model.name` ("idefics3" for the grafted model),
+    read from config.json only; None when it is not known before loading."""
+    import json
+
+    if model_name == GRAFTED_NAME:
+        return "idefics3"
+    try:
+        config = json.loads((Path(model_name).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if "vision_config" in config else None
+
+
 def _is_vision_dir(path: Path) -> bool:
     """Does the model directory hold a vision-language model (its config has a vision part)?"""
     import json

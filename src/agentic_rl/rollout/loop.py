@@ -192,7 +192,7 @@ def start_episodes(
         messages, prefill, mode = thinking_prompt(obs.messages, thinking, task.task_id)
         if obs.images and fmt is None:
             raise ValueError("image observations need the chat format (rollout.mode=episode)")
-        messages = with_images(messages, obs.images, getattr(fmt, "image_text", ""))
+        messages = with_images(messages, obs.images, getattr(fmt, "image_placeholder", None))
         ids = encode_prompt(tokenizer, messages)
         ids += encode_text(tokenizer, prefill) if prefill else []
         ep = Episode(env=env, task=task, group_id=group, token_ids=ids, prompt_length=len(ids))
