@@ -22,6 +22,7 @@ from agentic_rl.model.vision import (
     load_image,
     preprocess,
     save_image,
+    shown_image,
     spec_of_dir,
     vision_inputs,
 )
@@ -87,6 +88,19 @@ def test_image_refs_are_content_addressed_and_checked(tmp_path):
         load_image(a)
     with pytest.raises(ImageError, match="cannot be read"):
         load_image(ImageRef(str(tmp_path / "gone.png"), a.sha256))
+
+
+def test_shown_image_decodes_each_reference_once(tmp_path):
+    """vLLM's pictures: decoded (and hash-checked) at the first read of a reference; later
+    turns get those pixels back without reading the file again."""
+    ref = save_image(solid((10, 20, 30)), tmp_path / "a")
+    first = shown_image(ref)
+    solid((1, 2, 3)).save(ref.path, format="PNG")  # the file changes after it was shown
+    assert shown_image(ref) is first and first.getpixel((0, 0)) == (10, 20, 30)
+    copy = save_image(solid((10, 20, 30)), tmp_path / "b")
+    solid((1, 2, 3)).save(copy.path, format="PNG")  # changed before its first read
+    with pytest.raises(ImageError, match="changed since it was shown"):
+        shown_image(copy)
 
 
 def test_preprocess_hand_values():

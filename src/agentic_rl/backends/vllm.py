@@ -20,7 +20,8 @@ imported only then. What it guarantees, as the HF generator does:
 - sleep / wake (`vllm.sleep_level`): the engine frees its GPU memory while the learner updates;
 - images (a vision-language policy, model/vision.py): `generate(..., images=)` takes each
   prompt's `ImageRef`s in the order of its placeholders, as the HF generator does. The pictures
-  are read back with their hash check (`load_image`: a changed file fails loudly) and go into the
+  are read back with their hash check (`shown_image`: a changed file fails loudly; each picture
+  is decoded once per process, not once per turn of its episode) and go into the
   request as `multi_modal_data={"image": [PIL images]}`; the engine is started with
   `limit_mm_per_prompt={"image": vllm.max_images_per_prompt}`. The placeholder tokens a VLM
   never samples are banned (`bad_words`), as the HF generator sets their logits to -inf.
@@ -65,7 +66,7 @@ from agentic_rl.config.schema import Config
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import TINY_NAME, model_dir
 from agentic_rl.model.lora import merged_copy, save_adapter
-from agentic_rl.model.vision import Idefics3Spec, load_image, spec_of_dir
+from agentic_rl.model.vision import Idefics3Spec, shown_image, spec_of_dir
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 # The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.
@@ -388,7 +389,7 @@ class VLLMGenerator:
                 f"prompt {index} carries {len(refs)} images but the engine takes at most "
                 f"{limit} per prompt: raise vllm.max_images_per_prompt"
             )
-        pictures = [load_image(ref) for ref in refs]  # ImageError if a file changed
+        pictures = [shown_image(ref) for ref in refs]  # ImageError if a file changed
         return {"prompt_token_ids": collapsed, "multi_modal_data": {"image": pictures}}
 
     @staticmethod

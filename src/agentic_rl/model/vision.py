@@ -316,7 +316,15 @@ def load_image(ref: ImageRef) -> Any:
     return Image.open(io.BytesIO(data)).convert("RGB")
 
 
-def preprocess(image: Any, spec: VisionSpec) -> np.ndarray:
+@functools.lru_cache(maxsize=1024)
+def shown_image(ref: ImageRef) -> Any:
+    """`load_image(ref)` memoised per reference (file and hash): an engine that takes PIL
+    images (vLLM) gets each picture of a multi-turn episode's growing context decoded once, not
+    once per turn. The hash is checked at the first read; later reads return those pixels."""
+    return load_image(ref)
+
+
+def preprocess(image: Any, spec: Idefics3Spec) -> np.ndarray:
     """RGB image -> [3, S, S] float32: resized to the tower's side (bilinear), scaled to [0, 1],
     then (x - mean) / std per channel, as SigLIP / Idefics3 image processors do."""
     from PIL import Image
