@@ -207,3 +207,33 @@ def test_dead_cluster_is_reported_and_a_rerun_resumes(tmp_path):
     assert "resuming from" in rerun.stdout and last.name in rerun.stdout
     summary = json.loads((tmp_path / "calculator_grpo" / "summary.json").read_text())
     assert summary["steps"] == 6
+
+
+def test_generator_actor_sees_the_pictures(cluster, tiny_vlm_dir, tmp_path):
+    """A vision-language policy in the generator actor: pictures travel as references and the
+    actor's tokens and logprobs are the in-process generator's for the same pictures (and
+    another picture changes them)."""
+    from PIL import Image
+
+    from agentic_rl.backends.hf import HFGenerator
+    from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.load import load_policy
+    from agentic_rl.model.tokens import encode_prompt
+    from agentic_rl.model.vision import image_placeholder, save_image
+    from agentic_rl.types import SamplingParams
+
+    policy, tok = load_policy(ModelConfig(name=str(tiny_vlm_dir)))
+    red = save_image(Image.new("RGB", (32, 32), (255, 0, 0)), tmp_path)
+    blue = save_image(Image.new("RGB", (32, 32), (0, 0, 255)), tmp_path)
+    ids = encode_prompt(tok, [{"role": "user", "content": "Colour?" + image_placeholder(tok)(red)}])
+    cfg = load_config(None, [f"model.name={tiny_vlm_dir}"])
+    remote = RayGenerator(cfg, policy, tok)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3)
+    got = remote.generate([ids, ids], params, images=[[red], [blue]])
+    want = HFGenerator(policy, tok, max_batch_size=remote.max_batch_size).generate(
+        [ids, ids], params, images=[[red], [blue]]
+    )
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    for a, b in zip(got, want, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert got[0].logprobs[0] != pytest.approx(got[1].logprobs[0], abs=1e-6)  # the pixels act
