@@ -207,3 +207,18 @@ def test_freeze_text_model_keeps_the_visual_part(tiny_qwen2_vl_dir):
     trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
     assert count > 0 and trainable and all(".visual." in f".{n}" for n in trainable)
     assert any("merger" in n for n in trainable)  # Qwen2-VL's connector
+
+
+def test_a_saved_policy_reads_pictures_as_the_original(tiny_qwen2_vl_dir, tmp_path):
+    """An exported policy (the hand-over between a pipeline's stages, `agentic-rl export`)
+    keeps its processor files: a large picture is still cut down to the directory's
+    max_pixels (112 x 112: 16 tokens), not the processor default (448 x 448: 256 tokens)."""
+    from agentic_rl.checkpoint.export import save_hf_model
+
+    policy, tok = load_policy(ModelConfig(name=str(tiny_qwen2_vl_dir)))
+    out = save_hf_model(policy, tok, tmp_path / "export")
+    assert (out / "preprocessor_config.json").is_file()
+    big = save_image(Image.new("RGB", (448, 448), (9, 9, 9)), tmp_path)
+    before, after = spec_of_dir(str(tiny_qwen2_vl_dir)), spec_of_dir(str(out))
+    assert before.image_tokens(big) == after.image_tokens(big) == 16
+    assert Qwen2VLSpec(before.image_token_id).image_tokens(big) == 256  # the default's count

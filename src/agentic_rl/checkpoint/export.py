@@ -3,7 +3,8 @@ the next) and `agentic-rl export CHECKPOINT --out DIR` (a training checkpoint as
 
 Works on single-process checkpoints (io.py; a LoRA adapter is merged into the weights)
 and on the sharded checkpoints of a torchrun run (sharded.py, read in this one process).
-DIR gets config.json, the safetensors weights and the tokenizer; `model.name=DIR` loads it, in
+DIR gets config.json, the safetensors weights and the tokenizer (and a vision-language model's
+processor files, from the directory it was loaded from); `model.name=DIR` loads it, in
 training, evaluation or any transformers code. Where the run's settings are known, DIR also gets
 what a user needs to prompt the model as it was trained (`write_usage`): generation_config.json
 (the action tags as stop strings, the sampling settings), chat_example.json (the opening
@@ -124,10 +125,12 @@ def save_hf_model(
     weights, tokenizer) that `model.name=TARGET` loads; with the run's `cfg`, also how to
     prompt it (`write_usage`)."""
     from agentic_rl.model.lora import merged_copy
+    from agentic_rl.model.vision import copy_processor_files
 
     merged = merged_copy(model)  # a LoRA policy: adapter folded into the weights
     merged.save_pretrained(target)
     tokenizer.save_pretrained(target)
+    copy_processor_files(model, target)  # a vision-language policy: how it reads pictures
     if cfg is not None:
         write_usage(target, cfg, tokenizer, getattr(merged, "generation_config", None), source)
     return target

@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -529,6 +530,35 @@ def save_vlm(model: nn.Module, tokenizer: Any, directory: str | os.PathLike) -> 
     return target
 
 
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+)
+"""What a vision-language model directory holds beside weights and tokenizer: how its pictures
+become pixels and placeholder tokens (sizes, normalisation, image_seq_len)."""
+
+
+def copy_processor_files(model: nn.Module, target: str | os.PathLike) -> list[str]:
+    """Copy the processor files of the directory `model` was loaded from into `target` (a
+    saved copy of it), those `target` lacks; returns their names. Without them a saved
+    Qwen2-VL would read its pictures at the processor's default resolution (another number of
+    image tokens) and an Idefics3 model with the default normalisation, so the next stage of a
+    pipeline, or an export, would see other pixels than the policy was trained on."""
+    if hasattr(model, "get_base_model"):  # PEFT
+        model = model.get_base_model()
+    source = Path(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if not is_vision_config(getattr(model, "config", None)) or not source.is_dir():
+        return []
+    copied = []
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file() and not (Path(target) / name).exists():
+            shutil.copyfile(source / name, Path(target) / name)
+            copied.append(name)
+    spec_of_dir.cache_clear()
+    return copied
+
+
 def grafted_model_dir(text_dir: Path, cache: Path, seed: int = 0) -> Path:
     """The bundled model with a fresh vision tower, built once into `cache` (deterministic:
     same seed, same weights) and reused."""
@@ -546,8 +576,6 @@ def grafted_model_dir(text_dir: Path, cache: Path, seed: int = 0) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".graft-", dir=cache.parent))
     save_vlm(model, tokenizer, tmp)
     if cache.exists():
-        import shutil
-
         shutil.rmtree(cache)
     os.replace(tmp, cache)
     return cache
