@@ -9,6 +9,7 @@ import pytest
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.registry import make_env, task_generator
 from agentic_rl.envs.visual import (
+    CAPTION_KIND,
     CELL,
     COLOURS,
     QUESTION_KINDS,
@@ -17,6 +18,7 @@ from agentic_rl.envs.visual import (
     make_visual_grid_tasks,
     make_visual_qa_tasks,
     scene_of,
+    scene_split,
 )
 from agentic_rl.model.vision import load_image
 from agentic_rl.types import Action
@@ -45,6 +47,28 @@ def test_qa_splits_are_disjoint_and_cover_every_kind():
     }
     assert {t.fields["kind"] for t in train} == set(QUESTION_KINDS)
     assert make_visual_qa_tasks("train", 100) == train  # deterministic
+
+
+def test_caption_lists_every_object_in_reading_order(tmp_path):
+    tasks = make_visual_qa_tasks("train", 30, kinds=[CAPTION_KIND])
+    assert CAPTION_KIND not in QUESTION_KINDS  # asked for by name only: the default kinds stay
+    for task in tasks:
+        objects = scene_of(task)
+        parts = task.answers[0].split("; ")
+        assert len(parts) == len(objects) >= 2
+        for part, ((row, col), (kind, value)) in zip(parts, sorted(objects.items()), strict=True):
+            place, what = part.split(" ", 1)
+            assert place == f"{row + 1},{col + 1}"
+            assert what == (f"digit {value}" if kind == "digit" else f"{value} {kind}")
+        assert scene_split(objects) == "train"
+    env = VisualQAEnv(image_dir=str(tmp_path))
+    env.reset(tasks[0], 0)
+    assert env.step(Action(kind="answer", text=tasks[0].answers[0])).reward == 1.0
+    env.reset(tasks[0], 0)
+    dropped = tasks[0].answers[0].rsplit("; ", 1)[0]  # one object left out: wrong
+    assert env.step(Action(kind="answer", text=dropped)).reward == 0.0
+    with pytest.raises(ValueError, match="unknown question kinds"):
+        make_visual_qa_tasks("train", 2, kinds=["caption"])
 
 
 def test_qa_image_shows_the_answer_and_the_question_does_not(tmp_path):

@@ -43,6 +43,11 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES = ("circle", "square", "triangle")
 QUESTION_KINDS = ("colour", "shape", "number", "where", "count")
+CAPTION_KIND = "describe"
+"""The dense caption (LLaVA's stage-1 task made synthetic): every object of the scene in reading
+order, e.g. `1,2 red circle; 3,4 digit 7`. Not among the default kinds: the alignment stage asks
+for it by name (train/vision_align.py), so each example supervises every cell of the picture."""
+CAPTION_QUESTION = "Describe the grid: each object's row,column and what it is, in reading order."
 EVAL_BUCKETS = 5  # 1 in 5 scenes is held out for evaluation
 
 
@@ -94,12 +99,31 @@ def render_scene(objects: dict[Cell, tuple[str, str]], size: int = SIZE) -> Any:
     return image
 
 
+def describe_scene(objects: dict[Cell, tuple[str, str]]) -> str:
+    """Every object of the scene in reading order (row by row, left to right), rows and columns
+    counted from 1: `1,2 red circle; 3,4 digit 7; 5,1 wall`."""
+    parts = []
+    for (row, col), (kind, value) in sorted(objects.items()):
+        what = (
+            f"digit {value}" if kind == "digit" else "wall" if kind == "wall" else f"{value} {kind}"
+        )
+        parts.append(f"{row + 1},{col + 1} {what}")
+    return "; ".join(parts)
+
+
 def _place(cell: Cell) -> str:
     return f"row {cell[0] + 1}, column {cell[1] + 1}"
 
 
 def _split_of(key: str) -> Split:
     return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
+
+
+def scene_split(objects: dict[Cell, tuple[str, str]]) -> Split:
+    """The split a scene belongs to (a hash of its objects): other stages that render scenes
+    (train/vision_pretrain.py) train only on scenes of the train split, so the held-out scenes
+    stay unseen."""
+    return _split_of(repr(sorted(objects.items())))
 
 
 def _scene(rng: random.Random) -> dict[Cell, tuple[str, str]]:
@@ -141,6 +165,8 @@ def _question(
         return f"In which row and column is the {colour} {shape}?", f"{cell[0] + 1},{cell[1] + 1}"
     if kind == "count":
         return "How many coloured shapes are there?", str(len(shapes))
+    if kind == CAPTION_KIND:
+        return CAPTION_QUESTION, describe_scene(objects)
     raise ValueError(f"unknown question kind {kind!r}")
 
 
@@ -148,22 +174,22 @@ def make_visual_qa_tasks(
     split: Split, n: int, seed: int = 0, *, kinds: list[str] | None = None
 ) -> list[Task]:
     """`n` scene questions for `split` (train and eval scenes are disjoint by a hash of the
-    scene). `kinds`: the question kinds to draw from (default all, QUESTION_KINDS), taken in
-    turn. Each task: `fields = {"objects": [[row, col, kind, value]], "kind"}`."""
+    scene). `kinds`: the question kinds to draw from (default all of QUESTION_KINDS; CAPTION_KIND
+    only when named), taken in turn. Each task: `fields = {"objects": [[row, col, kind, value]], "kind"}`."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     kinds = list(kinds or QUESTION_KINDS)
-    unknown = sorted(set(kinds) - set(QUESTION_KINDS))
+    valid = (*QUESTION_KINDS, CAPTION_KIND)
+    unknown = sorted(set(kinds) - set(valid))
     if unknown:
-        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(QUESTION_KINDS)})")
+        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(valid)})")
     rng = random.Random(f"visual_qa/{split}/{seed}")
     tasks: list[Task] = []
     for _ in range(200 * n + 1000):
         if len(tasks) == n:
             return tasks
         objects = _scene(rng)
-        key = repr(sorted(objects.items()))
-        if _split_of(key) != split:
+        if scene_split(objects) != split:
             continue
         kind = kinds[len(tasks) % len(kinds)]
         asked = _question(objects, kind, rng)

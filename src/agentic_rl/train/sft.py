@@ -53,6 +53,7 @@ def train_sft(
     micro_batch_size: int = 0,
     mixed_precision: str = "no",
     share_prefix: bool = False,
+    param_groups: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Fine-tune `model` on the agent tokens of `trajectories` with AdamW (constant lr).
 
@@ -66,10 +67,15 @@ def train_sft(
     (model/prefix_sharing.py; same numbers up to float rounding): demos of conversation envs
     (one conversation per fact or section) all start with the same instructions, often more
     tokens than the trained reply.
+    `param_groups` (AdamW's, e.g. a learning rate per part of the model) replaces the default
+    single group of every parameter that requires a gradient at `lr`.
     Returns the first and last batch losses."""
     if not trajectories:
         raise ValueError("no trajectories to train on")
-    optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
+    optimizer = adamw(
+        param_groups or [p for p in model.parameters() if p.requires_grad],  # type: ignore[arg-type]
+        lr=lr,
+    )
     rng = random.Random(seed)
     order = list(range(len(trajectories)))
     total = epochs * ((len(order) + batch_size - 1) // batch_size)
