@@ -154,6 +154,14 @@ def probe_accuracy(
     }
 
 
+def held_out_batch(
+    scenes: int, side: int, max_objects: int, spec: Idefics3Spec, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out scenes (eval split) both stages are measured on: pixels and cell labels."""
+    rng = random.Random(f"vision_pretrain/eval/{seed}")
+    return scene_batch(split_scenes(rng, scenes, side, max_objects, "eval"), side, spec)
+
+
 def pretrain_tower(
     model: nn.Module,
     steps: int = 600,
@@ -185,13 +193,7 @@ def pretrain_tower(
             )
             layer.bias.zero_()
     rng = random.Random(f"vision_pretrain/{seed}")
-    held_pixels, held_labels = scene_batch(
-        split_scenes(
-            random.Random(f"vision_pretrain/eval/{seed}"), eval_scenes, side, max_objects, "eval"
-        ),
-        side,
-        spec,
-    )
+    held_pixels, held_labels = held_out_batch(eval_scenes, side, max_objects, spec, seed)
     grads = [p.requires_grad for p in tower.parameters()]
     for p in tower.parameters():
         p.requires_grad_(True)
@@ -287,13 +289,7 @@ def prealign_connector(
     dtype = next(connector.parameters()).dtype
     targets = word_targets(model, tokenizer).to(dtype)
     rng = random.Random(f"vision_pretrain/connector/{seed}")
-    held_pixels, held_labels = scene_batch(
-        split_scenes(
-            random.Random(f"vision_pretrain/eval/{seed}"), eval_scenes, side, max_objects, "eval"
-        ),
-        side,
-        spec,
-    )
+    held_pixels, held_labels = held_out_batch(eval_scenes, side, max_objects, spec, seed)
 
     def features(pixels: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
