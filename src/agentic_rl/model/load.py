@@ -178,34 +178,34 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
     return model, tokenizer
 
 
+def _config_json(model_name: str) -> dict | None:
+    """The config.json of a model directory `model_name`, None if there is none to read."""
+    import json
+
+    try:
+        return json.loads((Path(model_name).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def takes_images(model_name: str) -> bool | None:
     """Is `model.name` a vision-language model (True), a text-only one (False), or not known
     before loading (None: a path that is no model directory, which loading refuses)? Reads only
     config.json: config validation asks this before anything is loaded."""
-    import json
-
     if model_name == GRAFTED_NAME:
         return True
     if model_name in (BUNDLED_NAME, TINY_NAME):
         return False
-    try:
-        config = json.loads((Path(model_name).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return "vision_config" in config
+    config = _config_json(model_name)
+    return None if config is None else "vision_config" in config
 
 
 def vision_family(model_name: str) -> str | None:
     """The model type of a vision-language `model.name` ("idefics3" for the grafted model),
     read from config.json only; None when it is not known before loading."""
-    import json
-
     if model_name == GRAFTED_NAME:
         return "idefics3"
-    try:
-        config = json.loads((Path(model_name).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    config = _config_json(model_name) or {}
     return config.get("model_type") if "vision_config" in config else None
 
 
