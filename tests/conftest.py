@@ -46,11 +46,11 @@ TINY_VISION = {
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory):
     """A local vision-language model directory (Idefics3, as SmolVLM): the tiny random Llama
-    with a tiny random vision tower grafted on (model/vision.py), loadable by model.name."""
+    with a tiny random vision tower grafted on (model/graft.py), loadable by model.name."""
     from transformers import AutoTokenizer
 
+    from agentic_rl.model.graft import graft_vlm, save_vlm
     from agentic_rl.model.load import bundled_model_dir
-    from agentic_rl.model.vision import graft_vlm, save_vlm
 
     tok = AutoTokenizer.from_pretrained(bundled_model_dir())
     text = tiny_model(len(tok), seed=0)

@@ -12,12 +12,12 @@ from PIL import Image
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.graft import freeze_text_model
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.tokens import encode_prompt
 from agentic_rl.model.vision import (
     QWEN_IMAGE_PAD,
     Qwen2VLSpec,
-    freeze_text_model,
     image_placeholder,
     mrope_positions,
     save_image,

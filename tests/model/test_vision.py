@@ -1,4 +1,4 @@
-"""Vision-language policies (model/vision.py): the grafted model, images by reference, pixel
+"""Vision-language policies (model/vision.py, model/graft.py): the grafted model, images by reference, pixel
 values, and the learner's logprobs seeing the images."""
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from PIL import Image
 
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.graft import freeze_text_model, graft_vlm
 from agentic_rl.model.load import load_policy, tiny_model, token_logprobs
 from agentic_rl.model.vision import (
     IMAGE_TOKEN,
     Idefics3Spec,
     ImageError,
-    freeze_text_model,
-    graft_vlm,
     load_image,
     preprocess,
     save_image,

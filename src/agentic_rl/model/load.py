@@ -98,7 +98,7 @@ def model_dir(cfg: ModelConfig) -> Path:
     if cfg.name in (BUNDLED_NAME, TINY_NAME):
         return bundled_model_dir(cfg)
     if cfg.name == GRAFTED_NAME:
-        from agentic_rl.model.vision import grafted_model_dir
+        from agentic_rl.model.graft import grafted_model_dir
 
         return grafted_model_dir(bundled_model_dir(cfg), cache_root(cfg) / "smollm2-135m-vision")
     path = Path(cfg.name).expanduser()

@@ -1,6 +1,6 @@
 """The alignment stage of a grafted vision-language policy (LLaVA's recipe, made synthetic).
 
-A vision tower grafted onto a text model (model/vision.py `graft_vlm`) starts random: the text
+A vision tower grafted onto a text model (model/graft.py `graft_vlm`) starts random: the text
 model cannot read its features. Real VLMs are built in stages on a vision encoder pretrained on
 its own (CLIP / SigLIP); this stage does the same in two steps:
 
@@ -53,8 +53,8 @@ import torch
 from agentic_rl.config.parse import build_dataclass
 from agentic_rl.config.schema import Config
 from agentic_rl.envs.visual import CAPTION_KIND, make_visual_qa_tasks
+from agentic_rl.model.graft import save_vlm
 from agentic_rl.model.lora import unwrap
-from agentic_rl.model.vision import save_vlm
 from agentic_rl.train.collect import eval_episodes, expert_demos
 from agentic_rl.train.setup import build
 from agentic_rl.train.sft import train_sft

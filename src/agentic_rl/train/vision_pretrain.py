@@ -3,7 +3,7 @@
 Real VLMs align a vision encoder that was pretrained first (LLaVA and SmolVLM start from CLIP /
 SigLIP, trained on hundreds of millions of image-text pairs); only the connector, and later the
 text model, are trained on top. No pretrained tower can be downloaded here, so the grafted tower
-(model/vision.py `graft_vlm`: random SigLIP-style weights) is pretrained on the rendered data
+(model/graft.py `graft_vlm`: random SigLIP-style weights) is pretrained on the rendered data
 itself. That is where this stage departs from LLaVA: the tower learns the synthetic scenes it
 will be asked about (envs/visual.py `render_scene`), not natural images.
 
