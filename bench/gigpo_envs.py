@@ -86,7 +86,7 @@ def save(
 
 def precompile(args: argparse.Namespace) -> None:
     """Compile (and cache) every household game the bench plays."""
-    from agentic_rl.envs.household import game_file
+    from agentic_rl.envs.worlds.household import game_file
 
     cfg = load_config(args.recipe, overrides(args, args.seeds[0], "gigpo"))
     setup = build(cfg)

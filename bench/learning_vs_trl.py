@@ -51,7 +51,7 @@ SYSTEM = (
 
 def single_turn_tasks(split: str, n: int) -> list[tuple[list[dict[str, str]], list[str]]]:
     """(chat messages, gold answers) of `n` search_qa questions with their BM25 results."""
-    from agentic_rl.envs.search_qa import get_search_tool, make_search_qa_tasks
+    from agentic_rl.envs.search.single_hop import get_search_tool, make_search_qa_tasks
 
     search = get_search_tool()
     out = []

@@ -131,7 +131,7 @@ def step_tasks(cfg: Any, train_tasks: list, steps: int) -> list[list]:
 
 def search_text(topk: int, query: str) -> str:
     """What the env's `search` tool returns for `query` (BM25 top-k via `call_tool`)."""
-    from agentic_rl.envs.search_qa import get_search_tool
+    from agentic_rl.envs.search.single_hop import get_search_tool
     from agentic_rl.tools.base import call_tool
 
     return call_tool(get_search_tool(topk=topk), {"query": query}, 10.0, max_chars=2000).text

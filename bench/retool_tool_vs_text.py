@@ -7,7 +7,7 @@ Two runs of the `retool` recipe that differ only in the tool:
   \\boxed{} answer, no code execution), cold-start SFT on the same number of answer-only traces.
 Everything else is equal: model, warm-start size and learning rate, PPO settings, RL steps,
 turn and token budgets (`rollout.max_turns`, `max_tokens_per_turn`, `max_total_tokens`), seeds,
-and the held-out problems (the same `envs/math_tasks.py` eval split). Accuracy is greedy
+and the held-out problems (the same `envs/math/problems.py` eval split). Accuracy is greedy
 success on those problems before training, after the SFT cold start and after RL.
 
     .venv/bin/python bench/retool_tool_vs_text.py                 # full recipe, ~30 min idle

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agentic_rl.envs.search_qa import make_search_qa_tasks
+from agentic_rl.envs.search.single_hop import make_search_qa_tasks
 from agentic_rl.retrieval.corpus import load_corpus, write_builtin_corpus
 from agentic_rl.retrieval.dense import MiniLMEmbedder
 from agentic_rl.retrieval.index import build_index, load_index

@@ -185,7 +185,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from agentic_rl.envs.multihop import build_multihop_corpus
+    from agentic_rl.envs.search.multihop import build_multihop_corpus
     from agentic_rl.retrieval.corpus import write_corpus
     from agentic_rl.retrieval.index import build_index
     from agentic_rl.retrieval.server import bind_socket

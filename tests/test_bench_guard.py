@@ -17,7 +17,7 @@ from typing import Any
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.rollout.loop import policy_actor, run_episodes
 

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from agentic_rl.envs.base import EnvCheckError, ToolEnv, check_env, has_expert
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.types import Observation
 
 TASKS = make_calculator_tasks("eval", 3, seed=0)

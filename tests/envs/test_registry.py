@@ -12,7 +12,7 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs import registry
 from agentic_rl.envs.base import ToolEnv
-from agentic_rl.envs.gridworld import GridWorldEnv
+from agentic_rl.envs.games.gridworld import GridWorldEnv
 from agentic_rl.envs.registry import (
     ENVS,
     TASKS,

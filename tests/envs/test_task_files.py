@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentic_rl.envs.multihop import make_multihop_tasks
+from agentic_rl.envs.search.multihop import make_multihop_tasks
 from agentic_rl.envs.task_files import (
     DatasetError,
     load_tasks,

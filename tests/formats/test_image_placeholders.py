@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.rollout import ModelConfig
-from agentic_rl.envs.gridworld import MOVE_TOOL
+from agentic_rl.envs.games.gridworld import MOVE_TOOL
 from agentic_rl.formats.chat import HermesFormat, image_placeholders, with_images
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.model.load import load_tokenizer

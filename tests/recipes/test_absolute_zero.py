@@ -16,7 +16,7 @@ import torch
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.base import check_env
-from agentic_rl.envs.code_self_play import (
+from agentic_rl.envs.code.self_play import (
     CodeSelfPlayEnv,
     CodeTask,
     make_self_play_tasks,

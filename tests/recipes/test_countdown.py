@@ -12,7 +12,7 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.countdown import score_countdown
+from agentic_rl.envs.games.countdown import score_countdown
 from agentic_rl.learner.batch import Episodes
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.batch import prepare_batch

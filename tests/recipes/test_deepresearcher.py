@@ -17,7 +17,7 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.from_config import make_envs
-from agentic_rl.envs.web_qa import FAKE_WEB_URL, WebQAEnv
+from agentic_rl.envs.search.web_qa import FAKE_WEB_URL, WebQAEnv
 from agentic_rl.logging import read_metrics
 from agentic_rl.tools.web import LocalFakeProvider, WebDisabledError
 from agentic_rl.train.batch import prepare_batch

@@ -17,7 +17,7 @@ import pytest
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.envs.blocksworld import BlocksworldEnv, make_blocksworld_tasks
+from agentic_rl.envs.games.blocksworld import BlocksworldEnv, make_blocksworld_tasks
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.train import knownself as ks
 from agentic_rl.train.setup import build

@@ -20,7 +20,7 @@ import torch
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError, build_dataclass
 from agentic_rl.config.schema import Config
-from agentic_rl.envs.calculator import make_calculator_tasks
+from agentic_rl.envs.math.calculator import make_calculator_tasks
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import _micro_batch_loss, update
 from agentic_rl.logging import read_metrics

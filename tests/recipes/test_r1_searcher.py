@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.envs.search.multihop import MultiHopQAEnv
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.logging import read_metrics
 from agentic_rl.tools.search import BM25Search

@@ -18,8 +18,8 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.bandit import ARM_PAIRS
-from agentic_rl.envs.sokoban_levels import ACTIONS, parse_xsb, solve
+from agentic_rl.envs.games.bandit import ARM_PAIRS
+from agentic_rl.envs.games.sokoban_levels import ACTIONS, parse_xsb, solve
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.collect import collect, play
 from agentic_rl.train.setup import build

@@ -14,8 +14,8 @@ import re
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.blocksworld import BlocksworldEnv, problem_task
-from agentic_rl.envs.blocksworld_domain import apply_action, check_plan, parse_state, solve
+from agentic_rl.envs.games.blocksworld import BlocksworldEnv, problem_task
+from agentic_rl.envs.games.blocksworld_domain import apply_action, check_plan, parse_state, solve
 from agentic_rl.rollout.mcts import MCTS, MCTSConfig, greedy_plan
 from agentic_rl.rollout.rap import EVAL_QUESTION, Budget, RAPConfig, RAPProblem, rap_plan
 
@@ -85,7 +85,7 @@ class ScriptedWorldModel(CraftedScorer):
         self.predictions += 1
         state_part, action = re.findall(r"I have that, (.*)\.\n\[ACTION\]\n(.*)\n", prompt)[-1]
         nxt = apply_action(parse_state(state_part), action)
-        from agentic_rl.envs.blocksworld_domain import state_text
+        from agentic_rl.envs.games.blocksworld_domain import state_text
 
         return (" " + state_text(nxt) if nxt else " nonsense"), -0.1
 

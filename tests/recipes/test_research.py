@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.envs.search.multihop import MultiHopQAEnv
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.logging import read_metrics
 from agentic_rl.rewards.search import research_score

@@ -15,7 +15,7 @@ from agentic_rl.algos.advantages import gae_advantages
 from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.multihop import MultiHopQAEnv
+from agentic_rl.envs.search.multihop import MultiHopQAEnv
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import compute_advantages

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.code_repair import load_code_repair_tasks, oracle_completion
+from agentic_rl.envs.code.repair import load_code_repair_tasks, oracle_completion
 from agentic_rl.rewards.code import unified_diff
 from agentic_rl.train.collect import rollout
 from agentic_rl.train.setup import build

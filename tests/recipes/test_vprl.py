@@ -1,5 +1,5 @@
 """The `vprl` recipe: Visual Planning's full method, the policy writes each next state as image
-tokens and the move is inferred from the pictures (envs/image_planning.py).
+tokens and the move is inferred from the pictures (envs/vision/image_planning.py).
 
 Mechanisms checked through the real rollout loop and batch preparation: a picture is 25 code
 tokens of the turn (one vocabulary id each); the shortest path's pictures earn 1 per move and
@@ -16,9 +16,9 @@ import pytest
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.code_words import code_word_ids
-from agentic_rl.envs.gridworld import MOVES, shortest_path
-from agentic_rl.envs.image_planning import TOKENS_PER_IMAGE, grid_vq
-from agentic_rl.envs.visual import render_grid
+from agentic_rl.envs.games.gridworld import MOVES, shortest_path
+from agentic_rl.envs.vision.image_planning import TOKENS_PER_IMAGE, grid_vq
+from agentic_rl.envs.vision.scenes import render_grid
 from agentic_rl.learner.batch import Episodes
 from agentic_rl.train.batch import prepare_batch
 from agentic_rl.train.collect import play

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from agentic_rl.envs.search_qa import make_search_qa_tasks
+from agentic_rl.envs.search.single_hop import make_search_qa_tasks
 from agentic_rl.retrieval.corpus import CorpusError, load_corpus
 from agentic_rl.retrieval.dense import MODEL_NAME, MiniLMEmbedder
 from agentic_rl.retrieval.index import (

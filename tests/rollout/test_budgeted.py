@@ -6,8 +6,8 @@ import pytest
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.multihop import make_multihop_tasks
-from agentic_rl.envs.web_qa import WebQAEnv
+from agentic_rl.envs.search.multihop import make_multihop_tasks
+from agentic_rl.envs.search.web_qa import WebQAEnv
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.budgeted import (

@@ -3,8 +3,8 @@ import time
 import pytest
 
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.search.single_hop import SearchQAEnv, make_search_qa_tasks
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.loop import expert_actor, run_episodes

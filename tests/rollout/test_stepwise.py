@@ -1,7 +1,7 @@
 """Step-wise rollout mode (GiGPO): one sample per env step, bounded token-native context."""
 
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
+from agentic_rl.envs.games.gridworld import GridWorldEnv, make_gridworld_tasks
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.rollout.loop import run_episodes

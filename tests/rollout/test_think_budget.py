@@ -7,7 +7,7 @@ from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.loop import expert_actor, policy_actor, run_episodes

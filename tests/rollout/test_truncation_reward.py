@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.loop import run_episodes

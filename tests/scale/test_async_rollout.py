@@ -13,7 +13,7 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.batch import Episodes, collate
 from agentic_rl.learner.update import compute_advantages, forward_no_grad, update

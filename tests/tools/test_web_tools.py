@@ -5,7 +5,7 @@ import json
 import pytest
 
 from agentic_rl.envs.base import ToolEnv
-from agentic_rl.envs.multihop import build_multihop_corpus, build_multihop_world
+from agentic_rl.envs.search.multihop import build_multihop_corpus, build_multihop_world
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.tools.base import call_tool
 from agentic_rl.tools.web import (

@@ -16,7 +16,11 @@ import httpx
 import pytest
 
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.multihop import MultiHopQAEnv, build_multihop_corpus, make_multihop_tasks
+from agentic_rl.envs.search.multihop import (
+    MultiHopQAEnv,
+    build_multihop_corpus,
+    make_multihop_tasks,
+)
 from agentic_rl.retrieval.corpus import write_corpus
 from agentic_rl.retrieval.index import build_index
 from agentic_rl.retrieval.server import bind_socket

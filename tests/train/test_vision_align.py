@@ -8,7 +8,7 @@ import random
 
 import torch
 
-from agentic_rl.envs.visual import make_visual_qa_tasks, scene_of
+from agentic_rl.envs.vision.scenes import make_visual_qa_tasks, scene_of
 from agentic_rl.model.vision import spec_of_dir
 from agentic_rl.train.vision_align import accuracy, align_vision, learning_rate_groups
 from agentic_rl.train.vision_pretrain import (

@@ -36,7 +36,7 @@ def validate_env(cfg: Config) -> None:
         split_options(cfg.env.name, cfg.env.options)
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    from agentic_rl.envs.search_schemes import SCHEMES
+    from agentic_rl.envs.search.schemes import SCHEMES
 
     scheme = SCHEMES.get(str(cfg.env.options.get("reward")))
     if scheme is not None and scheme.score is not None and cfg.rollout.chat_format != "tags":

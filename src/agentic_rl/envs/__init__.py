@@ -1,3 +1,9 @@
-"""Environments: the protocol and `check_env` (base.py), the registry of envs and task
-generators by name, with plugins (registry.py), the built-in envs (one module each), user task
-files (task_files.py) and the trainer's door in (from_config.py)."""
+"""Environments, one folder per family.
+
+The core sits here: the protocol and `check_env` (base.py), the registry of envs and task
+generators by name, with plugins (registry.py), user task files (task_files.py), the trainer's
+door in (from_config.py), and what several families share (discrete.py: named actions;
+code_words.py: reserved vocabulary words as discrete codes; knowledge.py: KnownSelf's knowledge
+tool). The families: search/, code/, math/, games/, worlds/, browser/, embodied/, memory/,
+vision/.
+"""

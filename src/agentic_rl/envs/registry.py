@@ -34,46 +34,46 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.envs.artist import MultiToolMathEnv
-from agentic_rl.envs.bandit import BanditEnv, make_bandit_tasks
 from agentic_rl.envs.base import Env
-from agentic_rl.envs.blocksworld import BlocksworldEnv, make_blocksworld_tasks
 from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
-from agentic_rl.envs.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.envs.code_repair import CodeRepairEnv, make_code_repair_tasks
-from agentic_rl.envs.code_self_play import CodeSelfPlayEnv, make_self_play_tasks
-from agentic_rl.envs.countdown import CountdownEnv, make_countdown_tasks
+from agentic_rl.envs.code.repair import CodeRepairEnv, make_code_repair_tasks
+from agentic_rl.envs.code.self_play import CodeSelfPlayEnv, make_self_play_tasks
 from agentic_rl.envs.embodied.manipulation import ManipulationEnv, make_manipulation_tasks
 from agentic_rl.envs.embodied.navigation import NavigationEnv, make_vln_tasks
-from agentic_rl.envs.gridworld import GridWorldEnv, make_gridworld_tasks
-from agentic_rl.envs.gym_text import (
+from agentic_rl.envs.games.bandit import BanditEnv, make_bandit_tasks
+from agentic_rl.envs.games.blocksworld import BlocksworldEnv, make_blocksworld_tasks
+from agentic_rl.envs.games.countdown import CountdownEnv, make_countdown_tasks
+from agentic_rl.envs.games.gridworld import GridWorldEnv, make_gridworld_tasks
+from agentic_rl.envs.games.gym_text import (
     FrozenLakeEnv,
     GymTextEnv,
     make_frozenlake_tasks,
     make_gym_text_tasks,
 )
-from agentic_rl.envs.household import HouseholdEnv, make_household_tasks
-from agentic_rl.envs.household_knowledge import HouseholdKnowledgeEnv
-from agentic_rl.envs.image_planning import ImagePlanningEnv, make_image_planning_tasks
-from agentic_rl.envs.math_tasks import make_math_tasks
-from agentic_rl.envs.math_tool import MathToolEnv, TextOnlyMathEnv
+from agentic_rl.envs.games.sokoban import SokobanEnv, make_sokoban_tasks
+from agentic_rl.envs.math.artist import MultiToolMathEnv
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.envs.math.interpreter import MathToolEnv, TextOnlyMathEnv
+from agentic_rl.envs.math.problems import make_math_tasks
 from agentic_rl.envs.memory.memagent import MemAgentEnv, make_long_qa_tasks
 from agentic_rl.envs.memory.memory_r1 import MemoryR1Env, make_dialogue_tasks
 from agentic_rl.envs.memory.rmm import RMMEnv, make_rmm_tasks
-from agentic_rl.envs.multihop import MultiHopQAEnv, make_multihop_tasks
-from agentic_rl.envs.search_qa import SearchQAEnv, make_search_qa_tasks
-from agentic_rl.envs.sokoban import SokobanEnv, make_sokoban_tasks
-from agentic_rl.envs.visual import (
+from agentic_rl.envs.search.multihop import MultiHopQAEnv, make_multihop_tasks
+from agentic_rl.envs.search.single_hop import SearchQAEnv, make_search_qa_tasks
+from agentic_rl.envs.search.web_qa import WebQAEnv
+from agentic_rl.envs.search.zerosearch import ZeroSearchQAEnv
+from agentic_rl.envs.vision.image_planning import ImagePlanningEnv, make_image_planning_tasks
+from agentic_rl.envs.vision.reasoning import VisualReasoningEnv, make_visual_reasoning_tasks
+from agentic_rl.envs.vision.scenes import (
     VisualGridEnv,
     VisualQAEnv,
     make_visual_grid_tasks,
     make_visual_qa_tasks,
 )
-from agentic_rl.envs.visual_reasoning import VisualReasoningEnv, make_visual_reasoning_tasks
-from agentic_rl.envs.visual_tools import VisualToolsEnv, make_visual_tool_tasks
-from agentic_rl.envs.web_qa import WebQAEnv
-from agentic_rl.envs.webshop import WebShopEnv, make_webshop_tasks
-from agentic_rl.envs.zerosearch import ZeroSearchQAEnv
+from agentic_rl.envs.vision.visual_tools import VisualToolsEnv, make_visual_tool_tasks
+from agentic_rl.envs.worlds.household import HouseholdEnv, make_household_tasks
+from agentic_rl.envs.worlds.household_knowledge import HouseholdKnowledgeEnv
+from agentic_rl.envs.worlds.webshop import WebShopEnv, make_webshop_tasks
 from agentic_rl.types import Task
 
 ENTRY_POINT_GROUP = "agentic_rl.envs"

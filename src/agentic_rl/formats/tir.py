@@ -17,7 +17,7 @@ per turn is run. When a turn holds several calls, `extra_calls` decides:
 - "ignore" (default): the first call runs; the Action's `error` carries a note
   "Note: N more tool call(s) in this turn were ignored ..." (`error` is otherwise unused on a
   tool action). Envs append the note to the observation and count `ignored_tool_calls(action)`
-  as the metric `ignored_tool_calls` (see `envs/math_tasks.TIRToolEnv`). Arguments are not used
+  as the metric `ignored_tool_calls` (see `envs/math/interpreter.TIRToolEnv`). Arguments are not used
   for this: they go to the tool, whose schema may forbid extra keys.
 - "invalid": the whole turn is an invalid action ("N tool calls in one turn; at most 1").
 """

@@ -40,7 +40,7 @@ GRAFTED_VISION = {
     "patch_size": 16,
 }
 """The vision tower grafted onto the bundled model: 80 x 80 images in 16-pixel patches, 25
-patches, each one cell of the 5 x 5 grids the image envs render (envs/visual.py); ~1.9M
+patches, each one cell of the 5 x 5 grids the image envs render (envs/vision/scenes.py); ~1.9M
 parameters. With the connector's scale factor 1 every patch is one image token."""
 
 

@@ -3,7 +3,7 @@
 
 Any env that can be simulated in text can be planned on: it implements `TextDomain` (state
 text, goal text, rule-enumerated actions of a state text, closeness to the goal of a state
-text, and optionally an exact text simulator). Blocksworld does (envs/blocksworld.py).
+text, and optionally an exact text simulator). Blocksworld does (envs/games/blocksworld.py).
 
 The four rewards of RAP, each from the model on a plain-text few-shot prompt:
 - action likelihood: log p(action | state, goal) under the planning prompt (fast reward);

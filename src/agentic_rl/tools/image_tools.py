@@ -4,7 +4,7 @@ OpenThinkImg (Su et al. 2025, "OpenThinkIMG: Learning to Think with Images via V
 Reinforcement Learning") gives a vision-language policy tools whose outputs are new images
 (ZoomInSubfigure, SegmentRegionAroundPoint, DrawHorizontalLineByY, DrawVerticalLineByX) or text
 (OCR), fed back as the next observation. The functions here are those operations on PIL images;
-the env that owns the images applies them (envs/visual_tools.py) and shows the result:
+the env that owns the images applies them (envs/vision/visual_tools.py) and shows the result:
 
 - `zoom(image, box)`: the region `box` = (x0, y0, x1, y1) in the image's pixels, upscaled
   (Lanczos) so its longer side is `side` pixels. A vision tower sees every image at its own

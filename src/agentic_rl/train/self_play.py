@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.envs.code_self_play import (
+from agentic_rl.envs.code.self_play import (
     MIN_INDUCTION_PAIRS,
     TASK_TYPES,
     CodeSelfPlayEnv,

@@ -15,7 +15,7 @@ its own (CLIP / SigLIP); this stage does the same in two steps:
 1. **Connector (+ text) alignment** (LLaVA's stage 1, then its QA): supervised learning on the
    scripted expert's answers, a mix of dense captions (`describe`: every object of the scene in
    reading order, so each example supervises every cell and teaches the text model to read the
-   image tokens in order) and scene questions (envs/visual.py `visual_qa`: which colour / shape
+   image tokens in order) and scene questions (envs/vision/scenes.py `visual_qa`: which colour / shape
    / number is in a cell, where a shape is, how many shapes there are), with a learning rate
    per part: the connector high (it starts random), the text model low, the pretrained tower
    frozen by default (as LLaVA keeps its encoder frozen). `freeze_text=True` trains no text
@@ -52,7 +52,7 @@ import torch
 
 from agentic_rl.config.parse import build_dataclass
 from agentic_rl.config.schema import Config
-from agentic_rl.envs.visual import CAPTION_KIND, make_visual_qa_tasks
+from agentic_rl.envs.vision.scenes import CAPTION_KIND, make_visual_qa_tasks
 from agentic_rl.model.graft import save_vlm
 from agentic_rl.model.lora import unwrap
 from agentic_rl.train.collect import eval_episodes, expert_demos

@@ -5,7 +5,7 @@ SigLIP, trained on hundreds of millions of image-text pairs); only the connector
 text model, are trained on top. No pretrained tower can be downloaded here, so the grafted tower
 (model/graft.py `graft_vlm`: random SigLIP-style weights) is pretrained on the rendered data
 itself. That is where this stage departs from LLaVA: the tower learns the synthetic scenes it
-will be asked about (envs/visual.py `render_scene`), not natural images.
+will be asked about (envs/vision/scenes.py `render_scene`), not natural images.
 
 The method is supervised per-patch classification, straight on the tower: each 16-pixel patch
 of an image is one cell of the rendered grid, so the tower's output at patch `p` (its
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agentic_rl.envs.visual import COLOURS, SHAPES, Cell, render_scene, scene_split
+from agentic_rl.envs.vision.scenes import COLOURS, SHAPES, Cell, render_scene, scene_split
 from agentic_rl.model.lora import unwrap
 from agentic_rl.model.vision import Idefics3Spec, preprocess, spec_of_model
 
@@ -242,7 +242,7 @@ def pretrain_tower(
 
 
 def cell_words(content: tuple[str, str]) -> str:
-    """The words a cell's content is written with in the dense caption (envs/visual.py
+    """The words a cell's content is written with in the dense caption (envs/vision/scenes.py
     `describe_scene`): ` red circle`, ` digit 7`, ` wall`; an empty cell is ` empty`."""
     kind, value = content
     if kind in ("empty", "wall"):

@@ -52,7 +52,7 @@ from agentic_rl.envs.browser.driver import BrowserDied, BrowserPool, Lease, shar
 from agentic_rl.envs.browser.experts import EXPERTS
 from agentic_rl.envs.browser.page import Snapshot, take_snapshot
 from agentic_rl.envs.discrete import ACTION_TOOL
-from agentic_rl.envs.visual import default_image_dir
+from agentic_rl.envs.vision.scenes import default_image_dir
 from agentic_rl.model.vision import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 

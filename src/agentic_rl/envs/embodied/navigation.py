@@ -73,7 +73,7 @@ from agentic_rl.envs.embodied.house import (
     step_pose,
 )
 from agentic_rl.envs.embodied.house_render import render_house
-from agentic_rl.envs.visual import default_image_dir
+from agentic_rl.envs.vision.scenes import default_image_dir
 from agentic_rl.model.vision import save_image
 from agentic_rl.rewards.time_decay import normalized_time_decay_reward, time_decay_reward
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task

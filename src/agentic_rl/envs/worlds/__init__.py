@@ -1,0 +1,1 @@
+"""Text worlds: ALFWorld-like household games (TextWorld) and a WebShop-like shop."""
