@@ -1,0 +1,187 @@
+"""Does RL itself add? One family's learning run: three seeds, budgeted in optimizer steps.
+
+For a family (the file key: `search`, `code`, `worlds`, ...) this trains the family's chosen
+recipe as `agentic-rl train` does, once per seed, with a fixed number of RL steps and no time
+budget (a loaded machine changes a run's time, never its result), evaluating greedily on the
+held-out tasks before training, after the warm start, every `--eval-every` RL steps and after
+RL. It writes `bench/results/learning/KEY.json`:
+
+    {"recipe": ..., "metric": "success", "held_out_tasks": N, "rl_steps": K,
+     "seeds": [{"seed": S, "before": x, "warm_start": y, "after_rl": z, "rl_steps": K,
+                "curve": [[step, value], ...], "command": "...", "wall_seconds": ...}, ...],
+     "rl_gain": {"mean": ..., "min": ..., "max": ...}, "machine": {...}}
+
+with the metric as a fraction in [0, 1], and a picture of the held-out curves (mean and band
+over seeds) beside it, `KEY.png`. Seeds already in the file are kept (a killed run resumes at the
+next seed; `--force` reruns). One model run at a time: never start two.
+
+    .venv/bin/python bench/learning.py search --recipe search_qa_grpo --steps 60 --eval-every 10
+    .venv/bin/python bench/learning.py search --plot      # redraw KEY.png from KEY.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recipe_runs import machine, run_one  # noqa: E402  (bench/ is scripts, not a package)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "learning"
+
+
+def eval_curve(run_dir: Path, metric: str) -> list[list[float]]:
+    """[[rl_step, metric], ...] from the run's held-out evaluations (metrics.jsonl), the
+    warm-started model at step 0 (the untrained one where the recipe has no warm start)."""
+    curve: dict[int, float] = {}
+    for path in sorted(run_dir.rglob("metrics.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            for prefix in ("eval_before", "eval_warm_start", "eval"):
+                value = record.get(f"{prefix}/{metric}")
+                if isinstance(value, int | float):  # later prefixes overwrite step 0's before
+                    curve[int(record["step"])] = float(value)
+    return [[step, curve[step]] for step in sorted(curve)]
+
+
+def seed_row(run: dict[str, Any], curve: list[list[float]], metric: str, cmd: str) -> dict:
+    summary = run["summary"]
+    return {
+        "seed": run["seed"],
+        "before": summary["before"][metric] if "before" in summary else None,
+        "warm_start": summary["warm_start"][metric] if "warm_start" in summary else None,
+        "after_rl": summary["after"][metric],
+        "rl_steps": run["rl_steps"],
+        "curve": curve,
+        "command": cmd,
+        "wall_seconds": run["wall_seconds"],
+        "peak_rss_mib": run["peak_rss_mib"],
+        "mechanism": run["mechanism"],
+    }
+
+
+def rl_gain(seeds: list[dict[str, Any]]) -> dict[str, float] | None:
+    """after_rl - warm_start per seed (after_rl - before without a warm start): mean, min, max."""
+    gains = [
+        s["after_rl"] - (s["warm_start"] if s["warm_start"] is not None else s["before"])
+        for s in seeds
+    ]
+    if not gains:
+        return None
+    return {"mean": statistics.mean(gains), "min": min(gains), "max": max(gains), "n": len(gains)}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Held-out metric against RL steps: each seed thin, the mean thick, the min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=120)
+    curves = [dict((int(s), v) for s, v in seed["curve"]) for seed in result["seeds"]]
+    for seed, curve in zip(result["seeds"], curves, strict=True):
+        steps = sorted(curve)
+        ax.plot(steps, [curve[s] for s in steps], lw=0.8, alpha=0.5, label=f"seed {seed['seed']}")
+    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    if common:
+        values = [[c[s] for c in curves] for s in common]
+        ax.fill_between(
+            common, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color="C0"
+        )
+        ax.plot(common, [statistics.mean(v) for v in values], lw=2.2, color="C0", label="mean")
+    ax.set_xlabel("RL optimizer steps (0 = after the warm start)")
+    ax.set_ylabel(f"held-out {result['metric']} ({result['held_out_tasks']} tasks)")
+    ax.set_title(f"{result['key']}: {result['recipe']}", fontsize=10)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("key", help="the family's file key (search, code, worlds, ...)")
+    parser.add_argument("--recipe", help="the recipe that shows the family (see recipes/)")
+    parser.add_argument("--steps", type=int, default=40, help="RL optimizer steps per seed")
+    parser.add_argument("--eval-every", type=int, default=10, help="held-out curve spacing")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--eval-tasks", type=int, default=0, help="0: the recipe's own")
+    parser.add_argument("--metric", default="success")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the run")
+    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides")
+    parser.add_argument("--force", action="store_true", help="rerun seeds already in the file")
+    parser.add_argument("--plot", action="store_true", help="only redraw KEY.png")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{args.key}.json"
+    previous = json.loads(path.read_text()) if path.exists() else None
+    if args.plot:
+        if previous is None:
+            parser.error(f"no {path} to plot")
+        plot(previous, path.with_suffix(".png"))
+        return
+    if not args.recipe:
+        parser.error("--recipe is required for a run")
+    if previous is not None and previous["recipe"] != args.recipe and not args.force:
+        parser.error(f"{path.name} holds recipe {previous['recipe']!r}; --force replaces it")
+    kept = [] if args.force or previous is None else previous["seeds"]
+    run_args = argparse.Namespace(
+        model=args.model,
+        minutes=0,  # no time budget: the run is budgeted in optimizer steps
+        eval_tasks=args.eval_tasks,
+        threads=args.threads,
+        set=[
+            f"trainer.steps={args.steps}",
+            f"trainer.eval_every={args.eval_every}",
+            "trainer.log_trajectories=0",
+            *args.set,
+        ],
+    )
+    command = shlex.join([".venv/bin/python", "bench/learning.py", *sys.argv[1:]])
+    for seed in args.seeds:
+        if any(s["seed"] == seed for s in kept):
+            print(f"[{args.key}] seed {seed} is in {path.name}: kept (--force reruns)")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"learning-{args.key}-") as tmp:
+            run = run_one(run_args, args.recipe, seed, Path(tmp))
+            curve = eval_curve(Path(tmp) / args.recipe, args.metric)
+        kept.append(seed_row(run, curve, args.metric, command))
+        kept.sort(key=lambda s: s["seed"])
+        summary = run["summary"]
+        result = {
+            "key": args.key,
+            "recipe": args.recipe,
+            "metric": args.metric,
+            "held_out_tasks": summary["eval_tasks"],
+            "rl_steps": args.steps,
+            "set": args.set,
+            "seeds": kept,
+            "rl_gain": rl_gain(kept),
+            "machine": machine(),
+        }
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        row = kept[-1]
+        print(
+            f"[{args.key} seed {seed}] {row['before']} -> {row['warm_start']} -> "
+            f"{row['after_rl']} in {row['rl_steps']} RL steps; wrote {path}",
+            flush=True,
+        )
+        plot(result, path.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
