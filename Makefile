@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test test-fast lint format clean
+.PHONY: setup train test test-fast lint format docs clean
 
 setup: $(STAMP)
 
@@ -54,9 +54,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/lint-imports
 
+# The documentation site: regenerate the recipe pages and the README's recipe table from
+# bench/results (numbers typed once), then build with --strict (a broken link fails) into site/.
+# `make docs DOCS_GEN=--check` (CI) fails instead of rewriting a page that is out of date.
+docs: $(STAMP)
+	$(BIN)/python bench/docs_tables.py $(DOCS_GEN)
+	$(BIN)/mkdocs build --strict --quiet
+
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples
 	$(BIN)/ruff check --fix src tests bench examples
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

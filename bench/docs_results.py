@@ -1,0 +1,266 @@
+"""Numbers for the docs, read from the results files under bench/results (typed once).
+
+The recipe pages and the README never hold a measured number of their own: their sources (under
+docs/sources/recipes/) name where each number lives, and `bench/docs_tables.py` fills it in from
+the results file with the functions here. Three ways a source names a number:
+
+- a reference, ``[[FILE.json:PATH|FORMAT]]``: one value, ``PATH`` dotted through dicts and list
+  indices (``runs.0.summary.after.success``), ``FORMAT`` one of :data:`FORMATS`;
+- a run table, ``[[runs: FILE.json]]``: a `bench/recipe_runs.py` file as a table of its
+  held-out evaluations (every seed, stage and evaluation point) with its command and machine;
+- a learning table, ``[[learning: FILE.json]]``: a `bench/learning.py` file (held-out metric
+  before, after the warm start and after RL per seed, and the RL gain over seeds).
+
+Headlines (the README's one line per recipe) use ``[[runs-headline: FILE]]`` and
+``[[learning-headline: FILE]]`` the same way. Everything here is pure: the caller passes a
+``load(name) -> data`` function, so the tests can hand it dictionaries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Loader = Callable[[str], Any]
+
+
+class DocsSourceError(ValueError):
+    """A docs source names a results file, key or format that does not exist; the message names
+    the source file and what it asked for."""
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "pct": _pct,  # a fraction in [0, 1] as a whole percentage: 0.8333 -> 83%
+    "pct1": lambda x: f"{100 * x:.1f}%",
+    "int": lambda x: f"{round(x):,}",
+    "f1": lambda x: f"{x:.1f}",
+    "f2": lambda x: f"{x:.2f}",
+    "f3": lambda x: f"{x:.3f}",
+    "e1": lambda x: f"{x:.1e}",
+    "x": lambda x: f"{x:.2f}x",  # a ratio: 3.14x
+    "s": lambda x: f"{x:.0f} s",
+    "s1": lambda x: f"{x:.1f} s",
+    "min": lambda x: f"{x / 60:.1f} min",  # seconds shown as minutes
+    "gib": lambda x: f"{x / 1024:.1f} GiB",  # MiB shown as GiB
+    "gib2": lambda x: f"{x:.2f} GiB",  # already GiB
+    "raw": str,
+}
+
+REFERENCE = re.compile(r"\[\[([^\[\]:|\s]+\.json):([^\[\]|\s]+)(?:\|(\w+))?\]\]")
+DIRECTIVE = re.compile(r"\[\[(runs|learning|runs-headline|learning-headline): *([^\[\]\s]+)\]\]")
+
+
+def lookup(data: Any, path: str) -> Any:
+    """The value at a dotted ``path`` (dict keys, list indices), or KeyError naming the part
+    that is missing."""
+    value = data
+    for part in path.split("."):
+        if isinstance(value, list):
+            if not part.lstrip("-").isdigit() or not -len(value) <= int(part) < len(value):
+                raise KeyError(f"{part!r} (a list of {len(value)})")
+            value = value[int(part)]
+        elif isinstance(value, dict):
+            if part not in value:
+                raise KeyError(f"{part!r} (keys: {', '.join(list(value)[:12])})")
+            value = value[part]
+        else:
+            raise KeyError(f"{part!r} (inside a {type(value).__name__})")
+    return value
+
+
+def format_value(value: Any, fmt: str | None) -> str:
+    """``value`` written as ``fmt`` says (default: ``raw`` for strings, ``f2`` for floats)."""
+    if fmt is None:
+        fmt = "f2" if isinstance(value, float) else "raw"
+    if fmt not in FORMATS:
+        raise KeyError(f"format {fmt!r} (known: {', '.join(FORMATS)})")
+    if fmt != "raw" and not isinstance(value, (int, float)):
+        raise KeyError(f"format {fmt!r} needs a number, got {value!r}")
+    return FORMATS[fmt](value)
+
+
+def substitute(text: str, load: Loader, source: str) -> str:
+    """``text`` with every reference and directive replaced by what its results file holds.
+    ``source`` names the docs source in errors."""
+
+    def reference(match: re.Match[str]) -> str:
+        name, path, fmt = match.groups()
+        try:
+            return format_value(lookup(load(name), path), fmt)
+        except KeyError as err:
+            raise DocsSourceError(f"{source}: [[{name}:{path}]]: no {err.args[0]}") from None
+
+    def directive(match: re.Match[str]) -> str:
+        kind, name = match.groups()
+        data = load(name)
+        try:
+            return DIRECTIVES[kind](data, name)
+        except KeyError as err:
+            raise DocsSourceError(f"{source}: [[{kind}: {name}]]: no {err.args[0]}") from None
+
+    return REFERENCE.sub(reference, DIRECTIVE.sub(directive, text))
+
+
+# --- bench/recipe_runs.py files -------------------------------------------------------------
+
+
+def _command(command: str) -> str:
+    """The command as a reader types it from the repository root (no machine-local paths)."""
+    return re.sub(r"\S*/\.venv/bin/python", ".venv/bin/python", command)
+
+
+def evaluation_points(summary: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(stage, evaluation, metrics)`` for every held-out evaluation of one run's summary, in
+    the order they happened: before training, after the warm start, after RL; per stage for a
+    multi-stage recipe (whose stages may also name their own evaluations, ``evals``)."""
+    stages = summary.get("stages", {"": summary})
+    points = []
+    for stage, s in stages.items():
+        if "before" in s:
+            points.append((stage, "before", s["before"]))
+        if "warm_start" in s:
+            points.append((stage, "after the warm start", s["warm_start"]))
+        if "after" in s:
+            steps = s.get("steps", 0)
+            label = f"after {steps} RL step{'s' * (steps != 1)}" if steps else "after the stage"
+            points.append((stage, label, s["after"]))
+        for name, metrics in s.get("evals", {}).items():
+            points.append((stage, name, metrics))
+    return points
+
+
+def _cell(metrics: dict[str, Any], key: str, fmt: str) -> str:
+    return format_value(metrics[key], fmt) if key in metrics else "-"
+
+
+def runs_table(data: dict[str, Any], name: str) -> str:
+    """A `bench/recipe_runs.py` results file as a Markdown table (one row per seed, stage and
+    evaluation point) and a line with its command, held-out tasks, wall time and machine."""
+    runs = data["runs"]
+    staged = any("stages" in run["summary"] for run in runs)
+    head = ["seed"] + ["stage"] * staged + ["held-out evaluation", "success", "reward"]
+    head += ["tool calls / episode", "invalid actions / episode"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        for stage, label, m in evaluation_points(run["summary"]):
+            row = [str(run["seed"])] + [f"`{stage}`"] * staged + [label]
+            row += [_cell(m, "success", "pct"), _cell(m, "reward", "f2")]
+            row += [_cell(m, "tool_calls_per_episode", "f2")]
+            row += [_cell(m, "invalid_actions_per_episode", "f2")]
+            lines.append("| " + " | ".join(row) + " |")
+    tasks = _eval_tasks(runs[0]["summary"])
+    facts = [f"{len(runs)} seed{'s' * (len(runs) != 1)}"]
+    if tasks:
+        facts.append(f"{tasks} held-out tasks, greedy")
+    walls = [run["wall_seconds"] for run in runs if "wall_seconds" in run]
+    if walls:
+        facts.append(f"{format_value(max(walls), 'min')} wall per run")
+    rss = [run["peak_rss_mib"] for run in runs if run.get("peak_rss_mib")]
+    if rss:
+        facts.append(f"peak RSS {format_value(max(rss), 'gib')}")
+    machine = data.get("machine", {})
+    if machine:
+        facts.append(f"{machine.get('cores', '?')}-core {machine.get('cpu', 'CPU')}")
+    lines += ["", f"`{_command(data['command'])}` ({name}; {', '.join(facts)})"]
+    return "\n".join(lines)
+
+
+def _eval_tasks(summary: dict[str, Any]) -> int | None:
+    stages = summary["stages"].values() if "stages" in summary else [summary]
+    for s in stages:
+        if "eval_tasks" in s:
+            return int(s["eval_tasks"])
+        for metrics in s.get("evals", {}).values():
+            if "episodes" in metrics:
+                return int(metrics["episodes"])
+    return None
+
+
+def _point_name(i: int, stage: str, label: str) -> str:
+    """A short name for an evaluation point in a headline: ``untrained``, ``warm start``,
+    ``2 RL steps``; prefixed by its stage in a multi-stage recipe (``ttrl (4 RL steps)``)."""
+    if label == "before":
+        short = "untrained" if i == 0 else "start"
+    elif label == "after the warm start":
+        short = "warm start"
+    elif label.startswith("after ") and label.endswith(("RL step", "RL steps")):
+        short = label[len("after ") :]
+    elif label == "after the stage":
+        short = ""
+    else:
+        return label  # an evaluation a stage names itself (KnownSelf's sft_only, sft)
+    if not stage or short == "untrained":
+        return short
+    return f"{stage} ({short})" if short else stage
+
+
+def runs_headline(data: dict[str, Any], name: str) -> str:
+    """One line: the held-out success at every evaluation point (every seed's value where there
+    are several), the tasks and the seeds."""
+    runs = data["runs"]
+    parts = []
+    for i, (stage, label, _) in enumerate(evaluation_points(runs[0]["summary"])):
+        values = [_cell(evaluation_points(r["summary"])[i][2], "success", "pct") for r in runs]
+        parts.append(f"{_point_name(i, stage, label)} {'/'.join(values)}")
+    tasks = _eval_tasks(runs[0]["summary"])
+    seeds = f"{len(runs)} seed{'s' * (len(runs) != 1)}"
+    return f"held-out success {' → '.join(parts)} ({tasks} tasks, {seeds})"
+
+
+# --- bench/learning.py files ----------------------------------------------------------------
+
+
+def learning_table(data: dict[str, Any], name: str) -> str:
+    """A `bench/learning.py` results file: the held-out metric before training, after the warm
+    start and after RL for each seed, and the RL gain (after RL minus the warm start)."""
+    metric = data.get("metric", "success")
+    head = ["seed", "before", "after the warm start", f"after {data['rl_steps']} RL steps"]
+    head.append("RL gain")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for seed in data["seeds"]:
+        gain = 100 * (seed["after_rl"] - seed["warm_start"])
+        row = [str(seed["seed"])] + [format_value(seed[k], "pct") for k in _LEARNING_POINTS]
+        lines.append("| " + " | ".join(row + [f"{gain:+.0f} points"]) + " |")
+    gain = data.get("rl_gain")
+    tail = f"held-out {metric} on {data['held_out_tasks']} tasks, greedy"
+    if gain:
+        tail += (
+            f"; RL gain over seeds: mean {100 * gain['mean']:+.0f} points"
+            f" (min {100 * gain['min']:+.0f}, max {100 * gain['max']:+.0f})"
+        )
+    commands = sorted({_command(s["command"]) for s in data["seeds"] if "command" in s})
+    lines += ["", f"{tail} ({name})."]
+    lines += [f"`{c}`" for c in commands[:1]]
+    return "\n".join(lines)
+
+
+_LEARNING_POINTS = ("before", "warm_start", "after_rl")
+
+
+def learning_headline(data: dict[str, Any], name: str) -> str:
+    """One line: the mean over seeds before, after the warm start and after RL, and the RL
+    gain's range over seeds."""
+    seeds = data["seeds"]
+    means = [sum(s[k] for s in seeds) / len(seeds) for k in _LEARNING_POINTS]
+    text = (
+        f"held-out {data.get('metric', 'success')} {_pct(means[0])} → {_pct(means[1])} (warm start)"
+        f" → {_pct(means[2])} ({data['rl_steps']} RL steps), mean of {len(seeds)} seed"
+        f"{'s' * (len(seeds) != 1)}"
+    )
+    gain = data.get("rl_gain")
+    if gain:
+        text += f"; RL gain {100 * gain['min']:+.0f} to {100 * gain['max']:+.0f} points"
+    return text
+
+
+DIRECTIVES: dict[str, Callable[[dict[str, Any], str], str]] = {
+    "runs": runs_table,
+    "runs-headline": runs_headline,
+    "learning": learning_table,
+    "learning-headline": learning_headline,
+}
