@@ -18,6 +18,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def close_shared_browsers():
+    """After every test: end the browsers of the process-wide pools (envs/browser/driver.py)
+    the test's envs started, so no test leaves a Chromium running into the next ones (its
+    helpers come and go and would be counted by their stray-process checks)."""
+    yield
+    from agentic_rl.envs.browser import driver
+
+    if driver._shared:
+        driver.close_shared_pools()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The bundled model's tokenizer (converted once into the user cache, then reused)."""

@@ -8,12 +8,11 @@ Tests then build, collect and prepare batches with the real trainer code.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from strays import no_strays
 
 from agentic_rl.logging import read_metrics
 from agentic_rl.model.tokens import encode_text
@@ -71,52 +70,18 @@ def warm_start_episodes() -> Callable[[Any], float]:
     return read
 
 
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, real uid) of every live process, from /proc. Zombies (exited, not yet
-    reaped by their parent: a Popen not yet polled or collected) run nothing and are left out."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
-            if state in ("Z", "X"):
-                continue
-            ppid = int(parent)
-            with open(f"/proc/{name}/status") as f:
-                uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue
-        out.append((int(name), ppid, uid))
-    return out
-
-
-def stray_processes(sandbox_uids: set[int]) -> list[tuple[int, int, int]]:
-    """Processes this test process started (directly or not) or running as a sandbox uid."""
-    procs = _processes()
-    ours, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid, _ in procs if ppid in frontier} - ours
-        ours |= frontier
-    return [p for p in procs if p[0] in ours or p[2] in sandbox_uids]
-
-
 @pytest.fixture
 def no_stray_processes():
     """After the test: close the process-wide sandbox pools the recipe's envs started, then
-    require that no process the test started and none running as a sandbox uid is left.
-    Children that lived before the test (e.g. a session-wide math verifier started by an
-    earlier test) are not the test's."""
-    before = {pid for pid, _, _ in stray_processes(set())}
+    require that no process the test started and none running as a sandbox uid is left
+    (tests/strays.py: processes that lived before the test, e.g. a session-wide math verifier
+    or a browser an earlier test holds, and whatever they start meanwhile, are not the
+    test's)."""
 
-    def strays(uids: set[int]) -> list[tuple[int, int, int]]:
-        return [p for p in stray_processes(uids) if p[0] not in before]
+    def cleanup() -> set[int]:
+        uids = {uid for pool in list(shared._pools.values()) for uid in pool.sandbox_uids()}
+        shared.close_shared_pools()
+        return uids
 
-    yield
-    uids = {uid for pool in list(shared._pools.values()) for uid in pool.sandbox_uids()}
-    shared.close_shared_pools()
-    deadline = time.monotonic() + 20.0  # exits take longer on a loaded machine
-    while strays(uids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert strays(uids) == []
+    with no_strays(cleanup):
+        yield
