@@ -8,6 +8,7 @@ from agentic_rl.algos.offpolicy import (
     ROLLOUT_CORRECTIONS,
     decoupled_ppo_loss,
     geometric_sequence_mask_weights,
+    icepop_weights,
     masked_is_token_weights,
     rollout_mismatch,
     truncated_is_weights,
@@ -68,10 +69,30 @@ def test_masked_is_token_weights_by_hand():
     mask = torch.tensor([[1.0, 1, 1, 1, 1, 0]])
     w = masked_is_token_weights(old, behav, mask, cap=2.0)
     assert w.tolist() == [[1.0, 1.0, 0.0, 0.0, 1.0, 0.0]]
-    # IcePop's wider band [1/5, 5] keeps all five
+    # the wider band [1/5, 5] keeps all five
     assert masked_is_token_weights(old, behav, mask, cap=5.0).tolist() == [[1, 1, 1, 1, 1, 0]]
     with pytest.raises(ValueError, match="cap"):
         masked_is_token_weights(old, behav, mask, cap=0.9)
+
+
+def test_icepop_weights_by_hand():
+    # k = pi_old / pi_behav = 2, 0.5 (lower edge: kept), 5 (upper edge: kept), 0.3, 6, 1.2
+    old = torch.tensor([[LOG(0.5), LOG(0.2), LOG(0.5), LOG(0.03), LOG(0.6), LOG(0.6), 0.0]])
+    behav = torch.tensor(
+        [[LOG(0.25), LOG(0.4), LOG(0.1), LOG(0.1), LOG(0.1), LOG(0.5), float("nan")]]
+    )
+    mask = torch.tensor([[1.0, 1, 1, 1, 1, 1, 0]])
+    w = icepop_weights(old, behav, mask, cap=5.0, low=0.5)
+    # in band: the weight is k itself (not 1 as masked IS gives); out of band: 0
+    torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 5.0, 0.0, 0.0, 1.2, 0.0]]))
+    assert not w.requires_grad
+    # the default band is [0.5, 5]; the table passes the cap (and low) positionally
+    torch.testing.assert_close(ROLLOUT_CORRECTIONS["icepop"](old, behav, mask, 5.0), w)
+    narrow = icepop_weights(old, behav, mask, cap=1.5, low=0.9)
+    torch.testing.assert_close(narrow, torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.2, 0.0]]))
+    for low, cap in [(0.0, 5.0), (1.5, 5.0), (0.5, 0.9)]:
+        with pytest.raises(ValueError, match="low"):
+            icepop_weights(old, behav, mask, cap=cap, low=low)
 
 
 def test_geometric_sequence_mask_by_hand():
@@ -92,7 +113,7 @@ def test_rollout_corrections_table_and_tis_is_the_truncated_weight():
     old = torch.tensor([[LOG(0.5), LOG(0.9)]])
     behav = torch.tensor([[LOG(0.25), LOG(0.09)]])  # ratios 2 and 10
     mask = torch.ones(1, 2)
-    assert set(ROLLOUT_CORRECTIONS) == {"tis", "mis_token", "mis_seq_geo"}
+    assert set(ROLLOUT_CORRECTIONS) == {"tis", "mis_token", "mis_seq_geo", "icepop"}
     tis = ROLLOUT_CORRECTIONS["tis"](old, behav, mask, 2.0)
     assert torch.allclose(tis, torch.tensor([[2.0, 2.0]]))  # min(2, C), min(10, C) with C = 2
     assert ROLLOUT_CORRECTIONS["mis_token"](old, behav, mask, 2.0).tolist() == [[1.0, 0.0]]

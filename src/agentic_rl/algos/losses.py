@@ -82,14 +82,14 @@ def ppo_clip_loss(
     ``L = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)``.
     Asymmetric bounds give DAPO's "clip-higher" (Yu et al. 2025, e.g. ``clip_high=0.28``).
     ``dual_clip=c`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games", c = 3): for
-    ``A < 0``, ``L = min(L, -c * A)``; caps the loss of tokens whose ratio exploded, where the
+    ``A < 0``, ``L = min(L, -c * A)`` (``None`` or 0: off); caps the loss of tokens whose ratio exploded, where the
     standard clip does not bind (``rho * A`` is the min) and the loss grows without bound.
     Returns ``(per_token_loss, clipped)``: the loss (0 at mask-0 positions) and a bool mask of
     masked tokens where a clipped term is the active one (strictly; ties count as unclipped),
     for the clip-fraction metric. Clipped tokens have zero gradient.
     Shapes: all inputs ``[B, T]`` -> ``([B, T], [B, T] bool)``.
     """
-    if dual_clip is not None and dual_clip <= 1.0:
+    if dual_clip is not None and dual_clip != 0 and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     m = as_bool_mask(mask)
     # Select before exp: garbage log-probs at mask-0 positions must not reach exp/grad.
@@ -101,7 +101,7 @@ def ppo_clip_loss(
     clipped = loss_clipped > loss_unclipped
     # where (not maximum) so that on ties the gradient is the plain -A * rho, not half of each.
     loss = torch.where(clipped, loss_clipped, loss_unclipped)
-    if dual_clip is not None:
+    if dual_clip:
         cap = -dual_clip * adv
         capped = (adv < 0) & (loss > cap)
         loss = torch.where(capped, cap, loss)
@@ -241,23 +241,229 @@ def gspo_loss(
     return torch.where(has_token, loss, 0), clipped & has_token
 
 
+def cispo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 1.0,
+    clip_high: float = 0.2,
+) -> tuple[Tensor, Tensor]:
+    """CISPO: clip the importance-sampling weight, not the update (MiniMax 2025, "MiniMax-M1:
+    Scaling Test-Time Compute Efficiently with Lightning Attention", arXiv 2506.13585).
+
+    ``r = exp(logprobs - old_logprobs)``, ``w = sg(clip(r, 1 - clip_low, 1 + clip_high))``,
+    ``L = -w * A * logprobs``. The weight is a constant (stop-gradient), so every token keeps
+    the gradient ``-w * A * grad log pi``, clipped ones included (PPO's clip zeroes theirs).
+    The paper leaves the lower bound open (``clip_low >= 1``: ``1 - clip_low <= 0 < r``) and
+    tunes only the upper one; veRL's example uses ``clip_high = 0.2`` (cap 1.2). The loss value
+    itself is not meaningful (it contains ``log pi``), only its gradient. Use with token-level
+    aggregation (``algo.loss_agg=token-mean``), as the paper normalises by all tokens.
+    Returns ``(per_token_loss, clipped)``: 0 at mask-0 positions; ``clipped`` marks masked
+    tokens whose weight was clipped (``w != r``), for the clip-fraction metric.
+    Shapes: all inputs ``[B, T]`` -> ``([B, T], [B, T] bool)``.
+    """
+    m = as_bool_mask(mask)
+    log_ratio = torch.where(m, logprobs.detach() - old_logprobs, 0)
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = -weight * torch.where(m, advantages, 0) * torch.where(m, logprobs, 0)
+    return torch.where(m, loss, 0), (weight != ratio) & m
+
+
+def _token_covariance(logprobs: Tensor, advantages: Tensor, m: Tensor) -> Tensor:
+    """``Cov_t = (logp_t - mean_j logp_j) * (A_t - mean_j A_j)``, means over the masked tokens,
+    no gradient; ``-inf`` off the mask so no selection can pick those positions. ``[B, T]``."""
+    lp, adv = logprobs.detach(), advantages.detach()
+    lp_mean = masked_sum(lp, m) / m.sum().clamp_min(1)
+    adv_mean = masked_sum(adv, m) / m.sum().clamp_min(1)
+    cov = (torch.where(m, lp, 0) - lp_mean) * (torch.where(m, adv, 0) - adv_mean)
+    return torch.where(m, cov, -torch.inf)
+
+
+def clip_cov_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    cov_ratio: float = 2e-4,
+    cov_low: float = 1.0,
+    cov_high: float = 5.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
+    Reasoning Language Models", arXiv 2505.22617): detach a few high-covariance tokens.
+
+    The entropy change of a softmax policy follows ``-Cov(log pi(y), A)``, so the tokens with a
+    large logprob-advantage covariance drive entropy collapse. With ``N`` the masked tokens and
+    ``Cov_t = (logp_t - mean logp) * (A_t - mean A)`` (means over the ``N`` tokens): among the
+    masked tokens with ``cov_low < Cov_t < cov_high`` whose PPO clip does not already bind,
+    pick ``max(1, floor(cov_ratio * N))`` uniformly at random (``generator``) and give them
+    loss 0 (no gradient); every other token keeps the PPO clipped loss
+    (:func:`ppo_clip_loss` without dual clip). Defaults: veRL's and the paper's (2e-4, 1, 5).
+    The selection is over the tokens of this call (veRL: one micro-batch of one process).
+    Returns ``(per_token_loss, detached)``: 0 at mask-0 positions; ``detached`` marks the
+    selected tokens (veRL's ``pg_clipfrac`` for this loss).
+    Shapes: all inputs ``[B, T]`` -> ``([B, T], [B, T] bool)``.
+    """
+    m = as_bool_mask(mask)
+    loss, ppo_clipped = ppo_clip_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high)
+    cov = _token_covariance(logprobs, advantages, m)
+    eligible = (cov > cov_low) & (cov < cov_high) & m & ~ppo_clipped
+    candidates = eligible.flatten().nonzero().squeeze(-1)
+    count = max(int(cov_ratio * int(m.sum())), 1)
+    perm = torch.randperm(len(candidates), generator=generator, device=candidates.device)
+    detached = torch.zeros(m.numel(), dtype=torch.bool, device=m.device)
+    detached[candidates[perm[:count]]] = True
+    detached = detached.view_as(m)
+    return torch.where(detached, 0, loss), detached
+
+
+def kl_cov_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cov_ratio: float = 2e-4,
+    kl_coef: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617): a KL penalty on the top-covariance tokens.
+
+    ``r_t = exp(logp_t - old_logp_t)``; the ``k = max(1, floor(cov_ratio * N))`` masked tokens
+    with the largest ``Cov_t`` (as in :func:`clip_cov_loss`) get
+    ``L_t = -A_t r_t + kl_coef * |log r_t|``, all others ``L_t = -A_t r_t``: there is no ratio
+    clip at all. veRL's defaults: ``cov_ratio = 2e-4``, coefficient 1 (the paper's ``k`` is a
+    percent: 0.2 = 2e-3 for 7B). On the first step of an update ``r = 1`` and ``|log r|`` has
+    zero gradient, so the penalty only acts on later mini-batches or epochs.
+    Returns ``(per_token_loss, penalised)``: 0 at mask-0 positions; ``penalised`` marks the
+    top-k tokens. Shapes: all inputs ``[B, T]`` -> ``([B, T], [B, T] bool)``.
+    """
+    m = as_bool_mask(mask)
+    log_ratio = torch.where(m, logprobs - old_logprobs, 0).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    loss = -torch.exp(log_ratio) * torch.where(m, advantages, 0)
+    n = int(m.sum())
+    penalised = torch.zeros(m.numel(), dtype=torch.bool, device=m.device)
+    if n > 0:
+        k = max(int(cov_ratio * n), 1)
+        top = torch.topk(_token_covariance(logprobs, advantages, m).flatten(), k).indices
+        penalised[top] = True
+    penalised = penalised.view_as(m) & m
+    loss = torch.where(penalised, loss + kl_coef * log_ratio.abs(), loss)
+    return torch.where(m, loss, 0), penalised
+
+
+def gmpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.4,
+    clip_high: float = 0.4,
+) -> tuple[Tensor, Tensor]:
+    """GMPO: the geometric mean of the token ratios, clipped per token in log space (Zhao et al.
+    2025, "Geometric-Mean Policy Optimization", arXiv 2507.20673).
+
+    With ``d_t = logp_t - old_logp_t`` and ``s = sign(A_i)``, each token's log-ratio is clipped
+    one-sidedly as PPO does, ``d'_t = s * min(s * d_t, s * clip(d_t, -clip_low, clip_high))``,
+    then ``rho_i = exp(mean_{t masked} d'_t) = (prod_t r'_t)^(1/|y_i|)`` and
+    ``L_i = -A_i * rho_i``. The geometric mean is less moved by a few outlier ratios than
+    GRPO's arithmetic mean, which allows the wider range; the paper's is ``(e^-0.4, e^0.4)``:
+    ``clip_low = clip_high = 0.4`` are LOG-space bounds (veRL's ``geo_mean`` reuses its PPO
+    clip keys for them). Sequence-level like :func:`gspo_loss`: one advantage per sequence
+    ``[B]``, the trainer averages ``L_i`` over sequences; sequences without masked tokens get 0.
+    Clipped tokens get no gradient; the others get ``-A_i rho_i / |y_i|`` on their logprob.
+    Returns ``(per_sequence_loss, clipped)``; ``clipped`` marks masked tokens whose clipped
+    log-ratio is the active one (strictly).
+    Shapes: ``logprobs``, ``old_logprobs``, ``mask`` ``[B, T]``, ``advantages`` ``[B]`` ->
+    ``([B], [B, T] bool)``.
+    """
+    m = as_bool_mask(mask)
+    n_tokens = m.sum(dim=-1)
+    has_token = n_tokens > 0
+    adv = torch.where(has_token, advantages, 0)
+    sign = torch.sign(adv)[:, None]
+    log_ratio = torch.where(m, logprobs - old_logprobs, 0)
+    clipped_log_ratio = log_ratio.clamp(-clip_low, clip_high)
+    clipped = (sign * clipped_log_ratio < sign * log_ratio) & m
+    kept = torch.where(clipped, clipped_log_ratio, log_ratio)
+    mean_log_ratio = kept.sum(dim=-1) / n_tokens.clamp_min(1).to(kept.dtype)
+    ratio = torch.exp(mean_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    return torch.where(has_token, -adv * ratio, 0), clipped
+
+
 @dataclass(frozen=True)
 class PolicyLoss:
     """A policy loss chosen by `algo.policy_loss`."""
 
     fn: Callable[..., tuple[Tensor, Tensor]]
-    """The per-token (or per-sequence) clipped surrogate; returns ``(loss, clipped)``."""
+    """``fn(logprobs, old_logprobs, advantages, mask, **knobs) -> (loss, restrained)``: the loss
+    per token ``[B, T]`` (or per sequence ``[B]``) and a bool mask of the tokens (or sequences)
+    whose update the method restrained: clipped ratios (ppo, cispo, gspo, gmpo), the detached
+    tokens (clip_cov), the KL-penalised ones (kl_cov); logged as ``clip_frac``."""
     sequence_level: bool
     """One ratio and one advantage per sequence: ``fn`` returns a loss per sequence ``[B]``,
     which the trainer averages over the sequences (so ``algo.loss_agg`` must be
     seq-mean-token-mean), and the advantage estimator must give one advantage per sequence;
     tokens cannot be clipped, dual-clipped or importance-corrected one by one."""
+    knobs: tuple[tuple[str, str], ...] = ()
+    """``(keyword of fn, algo.<field> that sets it)``: the config keys this loss reads. A knob
+    of another loss set with this one is a config error (it would do nothing)."""
+    ratio_knobs: tuple[str, ...] = ()
+    """The knobs (fields) that only act through the ratio pi / pi_old: inert when the update is
+    one on-policy step (ratio exactly 1)."""
+    needs_ratio: bool = False
+    """The whole loss reduces to the plain policy gradient when the ratio is 1 (kl_cov): it needs
+    an off-policy update (PPO mini-batches or epochs)."""
 
+
+_PPO_CLIP = (("clip_low", "clip_low"), ("clip_high", "clip_high"))
 
 # `algo.policy_loss`.
 POLICY_LOSSES: dict[str, PolicyLoss] = {
-    "ppo": PolicyLoss(ppo_clip_loss, sequence_level=False),
-    "gspo": PolicyLoss(gspo_loss, sequence_level=True),
+    "ppo": PolicyLoss(
+        ppo_clip_loss,
+        sequence_level=False,
+        knobs=(*_PPO_CLIP, ("dual_clip", "dual_clip")),
+        ratio_knobs=("clip_low", "clip_high", "dual_clip"),
+    ),
+    "gspo": PolicyLoss(
+        gspo_loss,
+        sequence_level=True,
+        knobs=(("clip_low", "gspo_clip_low"), ("clip_high", "gspo_clip_high")),
+        ratio_knobs=("gspo_clip_low", "gspo_clip_high"),
+    ),
+    "cispo": PolicyLoss(
+        cispo_loss,
+        sequence_level=False,
+        knobs=(("clip_low", "cispo_clip_low"), ("clip_high", "cispo_clip_high")),
+        ratio_knobs=("cispo_clip_low", "cispo_clip_high"),
+    ),
+    "clip_cov": PolicyLoss(
+        clip_cov_loss,
+        sequence_level=False,
+        knobs=(
+            *_PPO_CLIP,
+            ("cov_ratio", "clip_cov_ratio"),
+            ("cov_low", "clip_cov_low"),
+            ("cov_high", "clip_cov_high"),
+        ),
+        ratio_knobs=("clip_low", "clip_high"),
+    ),
+    "kl_cov": PolicyLoss(
+        kl_cov_loss,
+        sequence_level=False,
+        knobs=(("cov_ratio", "kl_cov_ratio"), ("kl_coef", "kl_cov_coef")),
+        ratio_knobs=("kl_cov_ratio", "kl_cov_coef"),
+        needs_ratio=True,
+    ),
+    "gmpo": PolicyLoss(
+        gmpo_loss,
+        sequence_level=True,
+        knobs=(("clip_low", "gmpo_clip_low"), ("clip_high", "gmpo_clip_high")),
+        ratio_knobs=("gmpo_clip_low", "gmpo_clip_high"),
+    ),
 }
 
 

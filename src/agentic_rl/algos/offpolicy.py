@@ -10,9 +10,9 @@ Learning System for Language Reasoning", arXiv 2505.24298, "decoupled PPO object
     by the learner (the PPO ratio's denominator);
   * ``pi_theta``: the weights being optimised.
 The rollout corrections (``ROLLOUT_CORRECTIONS``) turn ``pi_old / pi_behav`` into a per-token
-weight on the policy-gradient loss: truncated IS (TIS), token-masked IS (IcePop) and a
-sequence mask on the geometric-mean ratio. Shapes: ``N`` sequences, ``T`` tokens; ``mask``
-``[N, T]`` is non-zero on policy tokens.
+weight on the policy-gradient loss: truncated IS (TIS), token-masked IS, IcePop's banded
+weight and a sequence mask on the geometric-mean ratio. Shapes: ``N`` sequences, ``T`` tokens;
+``mask`` ``[N, T]`` is non-zero on policy tokens.
 """
 
 from __future__ import annotations
@@ -92,11 +92,11 @@ def masked_is_token_weights(
     """Token-level masked importance sampling: keep a token only while its ratio is in band.
 
     ``r_t = pi_old(x_t) / pi_behav(x_t)``, ``w_t = 1 if 1/cap <= r_t <= cap else 0``.
-    IcePop (Ling Team 2025, "Every Step Evolves: Scaling Reinforcement Learning for Trillion-
-    Scale Thinking Model", Ring-1T; band [0.5, 5]) and veRL's ``rollout_rs=token``: a token the
-    two engines disagree on by more than the band contributes no gradient, instead of a
-    truncated one (TIS). The loss normalisers are unchanged (the token is dropped from the sum,
-    not from the count). Data, not a function of theta: no gradient.
+    veRL's ``rollout_rs=token`` (rejection sampling): a token the two engines disagree on by
+    more than the band contributes no gradient, instead of a truncated one (TIS); tokens in the
+    band are not reweighted (IcePop, :func:`icepop_weights`, weighs them by ``r_t``). The loss
+    normalisers are unchanged (the token is dropped from the sum, not from the count). Data,
+    not a function of theta: no gradient.
     Shapes: ``[N, T]`` x 3 -> ``[N, T]`` of 0/1, exactly 0 at mask-0 positions.
     Raises ValueError for ``cap < 1``.
     """
@@ -107,6 +107,32 @@ def masked_is_token_weights(
     bound = math.log(cap)
     keep = (log_r >= -bound) & (log_r <= bound) & m
     return keep.to(torch.promote_types(old_logprobs.dtype, torch.float32))
+
+
+def icepop_weights(
+    old_logprobs: Tensor, behav_logprobs: Tensor, mask: Tensor, cap: float, low: float = 0.5
+) -> Tensor:
+    """IcePop: importance weights inside a band, 0 outside (Ling Team 2025, "Every Step
+    Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model", Ring-1T, arXiv
+    2510.18855).
+
+    ``k_t = pi_old(x_t) / pi_behav(x_t)`` (training engine over inference engine, same
+    weights), ``w_t = k_t if low <= k_t <= cap else 0``. A token whose probability the two
+    engines disagree on beyond the band is dropped (no gradient) instead of truncated (TIS)
+    or kept at weight 1 (token-masked IS, :func:`masked_is_token_weights`). Defaults
+    ``[0.5, 5]`` as veRL's ``rollout_is_threshold="0.5_5.0"``; zeroed tokens still count in
+    the loss normaliser, as in veRL. Data, not a function of theta: no gradient; the
+    log-ratio is clamped to +-20 before exp.
+    Shapes: ``[N, T]`` x 3 -> ``[N, T]``, exactly 0 at mask-0 positions.
+    Raises ValueError unless ``0 < low <= 1 <= cap``.
+    """
+    if not 0 < low <= 1 <= cap:
+        raise ValueError(f"need 0 < low <= 1 <= cap, got low={low}, cap={cap}")
+    m = as_bool_mask(mask)
+    log_k = torch.where(m, old_logprobs.detach() - behav_logprobs.detach(), 0)
+    k = torch.exp(log_k.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    keep = (log_k >= math.log(low)) & (log_k <= math.log(cap)) & m
+    return torch.where(keep, k, 0)
 
 
 def geometric_sequence_mask_weights(
@@ -138,9 +164,15 @@ ROLLOUT_CORRECTIONS: dict[str, CorrectionFn] = {
     "tis": truncated_is_weights,
     "mis_token": masked_is_token_weights,
     "mis_seq_geo": geometric_sequence_mask_weights,
+    "icepop": icepop_weights,
 }
 """`algo.rollout_correction` -> ``fn(old_logprobs, behav_logprobs, mask, cap)`` giving the
-per-token weight ``[N, T]`` that multiplies the policy-gradient loss ("none": no weight)."""
+per-token weight ``[N, T]`` that multiplies the policy-gradient loss ("none": no weight).
+The band's lower bound of those with ``BANDED_CORRECTIONS`` is a fifth argument, ``low``."""
+
+BANDED_CORRECTIONS = ("icepop",)
+"""Corrections with an explicit lower bound (``algo.rollout_correction_low``); the others'
+band is ``[1/cap, cap]`` or they only truncate from above."""
 
 
 def rollout_mismatch(
