@@ -116,8 +116,9 @@ def test_flags():
     assert having("task_buckets") == {"trr_pp"}
     assert having("needs_groups") == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"}
     assert set(ADVANTAGE_ESTIMATORS) - having("sequence_level") == {"ppo", "reinforce_pp"}
-    # Dr. GRPO's constant normaliser; the others keep GRPO's per-sequence mean
+    assert having("discounted") == {"ppo", "reinforce_pp"}
+    # Dr. GRPO's constant normaliser is its own; the others have none (the config's default)
     aggregations = {name: e.loss_agg for name, e in ADVANTAGE_ESTIMATORS.items()}
     assert aggregations.pop("dr_grpo") == "seq-mean-token-sum-norm"
-    assert set(aggregations.values()) == {"seq-mean-token-mean"}
+    assert set(aggregations.values()) == {""}
     assert all(isinstance(e, Estimator) for e in ADVANTAGE_ESTIMATORS.values())

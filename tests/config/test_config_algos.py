@@ -114,10 +114,11 @@ def test_loss_agg_defaults_to_the_estimators_own():
     assert load_config("calculator_grpo").algo.loss_agg == "seq-mean-token-mean"
     dr_grpo = load_config("calculator_grpo", ["algo.name=dr_grpo"])
     assert dr_grpo.algo.loss_agg == "seq-mean-token-sum-norm"
-    # a recipe or an override that sets it wins
-    explicit = ["algo.name=dr_grpo", "algo.loss_agg=token-mean"]
+    # an override that sets it wins for estimators without one of their own; Dr. GRPO's own
+    # wins over the recipe's, and a conflicting override fails (test_config_precedence.py)
+    explicit = ["algo.name=rloo", "algo.loss_agg=token-mean"]
     assert load_config("calculator_grpo", explicit).algo.loss_agg == "token-mean"
-    assert load_config(None, ["algo.name=dr_grpo"]).algo.loss_agg == "seq-mean-token-mean"
+    assert load_config(None, ["algo.name=dr_grpo"]).algo.loss_agg == "seq-mean-token-sum-norm"
 
 
 def test_defaults_keep_the_existing_behaviour():

@@ -69,6 +69,10 @@ class AdvantageInputs:
     """[B] long role of each row (trr_pp); None = one role."""
 
 
+DEFAULT_LOSS_AGG = "seq-mean-token-mean"
+"""algo.loss_agg of an estimator without one of its own when the config leaves it "" (GRPO's
+mean over each sequence's tokens, then over sequences)."""
+
 AdvantageFn = Callable[[AdvantageInputs], tuple[Tensor, Tensor | None]]
 
 
@@ -94,8 +98,13 @@ class Estimator:
     task_buckets: bool = False
     """Normalises within (task type x role) buckets read from algo.trr_type_field /
     algo.trr_role_field."""
-    loss_agg: str = "seq-mean-token-mean"
-    """The loss aggregation the method prescribes, used when algo.loss_agg is not set."""
+    discounted: bool = False
+    """Discounts its token returns by algo.gamma (GAE, REINFORCE++): algo.gamma acts."""
+    loss_agg: str = ""
+    """The loss aggregation the method itself prescribes ("" = none: DEFAULT_LOSS_AGG unless
+    the config chooses one). It wins over an aggregation the config inherited from a recipe
+    or stage that chose another estimator; an explicit conflicting choice on the command line
+    is refused (config/load.py `settle_loss_agg`)."""
 
 
 def _per_episode(estimate: Callable[[Tensor, Tensor], Tensor], x: AdvantageInputs) -> Tensor:
@@ -175,11 +184,13 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
         loss_agg="seq-mean-token-sum-norm",  # Dr. GRPO: sum over tokens / a constant length
     ),
     "rloo": Estimator(_rloo, sequence_level=True, per_episode=True, needs_groups=True),
-    "reinforce_pp": Estimator(_reinforce_pp, sequence_level=False, kl_reward=True),
+    "reinforce_pp": Estimator(_reinforce_pp, sequence_level=False, kl_reward=True, discounted=True),
     "reinforce_pp_baseline": Estimator(
         _reinforce_pp_baseline, sequence_level=True, needs_groups=True
     ),
-    "ppo": Estimator(_ppo, sequence_level=False, needs_value_head=True, kl_reward=True),
+    "ppo": Estimator(
+        _ppo, sequence_level=False, needs_value_head=True, kl_reward=True, discounted=True
+    ),
     "gigpo": Estimator(_gigpo, sequence_level=True, step_wise=True, needs_groups=True),
     "trr_pp": Estimator(_trr_pp, sequence_level=True, task_buckets=True),
 }

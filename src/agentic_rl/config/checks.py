@@ -6,6 +6,7 @@ changed from their defaults that the chosen setup would silently ignore. Keys ar
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,12 @@ def _default(cfg: Config, key: str) -> Any:
     return getattr(type(getattr(cfg, section))(), name)
 
 
-def _unused(cfg: Config, keys: list[str], reason: str) -> None:
-    """Keys changed from their defaults that the chosen setup would silently ignore."""
+def _unused(cfg: Config, keys: list[str], reason: str, explicit: Collection[str] = ()) -> None:
+    """Keys the chosen setup would silently ignore that are set: changed from their defaults,
+    or named in `explicit` (the keys the recipe or the command line set, even to the default
+    value, config/load.py)."""
     for key in keys:
-        if _get(cfg, key) != _default(cfg, key):
+        if key in explicit or _get(cfg, key) != _default(cfg, key):
             raise ConfigError(f"{key} is set but does nothing: {reason}")
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, DEFAULT_LOSS_AGG
+from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.parse import (
     ConfigError,
     build_dataclass,
@@ -69,15 +70,87 @@ def load_config(
     forced = [
         ("*", text) for text in (_smoke_overrides(data, smoke_settings, user) if smoke else [])
     ]
-    scoped = forced + scoped
+    user_scoped, scoped = scoped, forced + scoped
     resolved = [_stage_data(data, stage, i, scoped, smoke) for i, stage in enumerate(stages)]
     names = [stage["trainer"]["run_name"] for stage in resolved]
     if len(set(names)) != len(names):
         raise ConfigError(f"stage names must be distinct, got {[s['name'] for s in stages]}")
+    recipe_data = copy.deepcopy(data)
     _apply_overrides(data, [text for scope, text in scoped if scope in ("", "*")])
+    settle_loss_agg(data, _layers(recipe_data, None, forced, user_scoped, ""))
+    for stage, raw in zip(resolved, stages, strict=True):
+        own = {k: v for k, v in raw.items() if k != "name"}
+        settle_loss_agg(stage, _layers(recipe_data, own, forced, user_scoped, raw["name"]))
     cfg = _build(data, smoke)
     cfg.stages = [_build(stage, smoke).to_dict() for stage in resolved]
     return cfg
+
+
+Layer = tuple[str, dict[str, Any], bool]
+"""One place a config's settings come from: (its name for messages, the settings after it
+applied, whether the user typed it on the command line)."""
+
+
+def _layers(
+    recipe: dict[str, Any],
+    own: dict[str, Any] | None,
+    forced: list[tuple[str, str]],
+    user: list[tuple[str, str]],
+    stage: str,
+) -> list[Layer]:
+    """The settings of one config (the recipe's, or `stage`'s with its `own` sections) after
+    each place they come from, in the order they apply: the recipe, the stage, the smoke
+    settings (`forced`), the command line (the `user` overrides that reach it)."""
+    data = copy.deepcopy(recipe)
+    layers: list[Layer] = [("the recipe", copy.deepcopy(data), False)]
+    if own is not None:
+        data = _merge(data, own)
+        layers.append((f"stage '{stage}'", copy.deepcopy(data), False))
+    _apply_overrides(data, [text for _, text in forced])
+    layers.append(("the smoke settings", copy.deepcopy(data), False))
+    _apply_overrides(data, [text for scope, text in user if scope in ("", "*", stage)])
+    layers.append(("the command line", data, True))
+    return layers
+
+
+def _changed_at(layers: list[Layer], key: str) -> int:
+    """The index of the last layer that changed `key`'s value; -1 if none set it (default)."""
+    at, before = -1, _MISSING
+    for i, (_, data, _) in enumerate(layers):
+        value = _get_dotted(data, key)
+        if value is not _MISSING and (before is _MISSING or value != before):
+            at = i
+        before = value
+    return at
+
+
+def settle_loss_agg(data: dict[str, Any], layers: list[Layer]) -> None:
+    """algo.loss_agg when the estimator (algo.name) prescribes an aggregation of its own
+    (`Estimator.loss_agg`: Dr. GRPO's constant normaliser is part of the method).
+
+    An aggregation set in an earlier place than the estimator was chosen (the recipe's, when
+    the command line or a stage switches algo.name) was chosen for another estimator: the
+    estimator's own replaces it. One chosen with the estimator (the same place, or later)
+    stands where the recipe chose it (MemAgent pairs Dr. GRPO's advantage with a token-level
+    loss); on the command line a conflicting one is a ConfigError naming both keys. Sets
+    `data`'s algo.loss_agg in place; "" and unset are filled in by `_build`."""
+    name = _get_dotted(data, "algo.name")
+    estimator = ADVANTAGE_ESTIMATORS.get(name if isinstance(name, str) else AlgoConfig.name)
+    own = estimator.loss_agg if estimator is not None else ""
+    agg = _get_dotted(data, "algo.loss_agg")
+    if not own or agg is _MISSING or agg in ("", own):
+        return
+    at = _changed_at(layers, "algo.loss_agg")
+    if at < _changed_at(layers, "algo.name"):
+        set_dotted(data, "algo.loss_agg", own)
+        return
+    where, _, by_user = layers[at]
+    if by_user:
+        raise ConfigError(
+            f"algo.loss_agg={agg} (set on {where}) conflicts with algo.name={name}, whose own "
+            f"aggregation is {own}: drop the algo.loss_agg override (or set it to {own}), or "
+            "choose an estimator without an aggregation of its own"
+        )
 
 
 def _smoke_overrides(
@@ -145,6 +218,8 @@ def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
 
 
 def _build(data: dict[str, Any], smoke: bool) -> Config:
+    """The validated Config of `data`. The keys `data` names (the recipe's, a stage's and the
+    overrides') count as set for the settings-that-cannot-act checks, even at their default."""
     cfg = build_dataclass(Config, data)
     if smoke and cfg.warm_start.num_tasks > 0:
         cfg.warm_start.num_tasks = 8  # keep the stage, make it tiny
@@ -152,8 +227,8 @@ def _build(data: dict[str, Any], smoke: bool) -> Config:
         cfg.dpo.failure_tasks = 8
     estimator = ADVANTAGE_ESTIMATORS.get(cfg.algo.name)  # an unknown name fails in validate
     if not cfg.algo.loss_agg and estimator is not None:  # "" = the estimator's own
-        cfg.algo.loss_agg = estimator.loss_agg
-    validate(cfg)
+        cfg.algo.loss_agg = estimator.loss_agg or DEFAULT_LOSS_AGG
+    validate(cfg, explicit=frozenset(_flat_keys(data)))
     return cfg
 
 

@@ -11,7 +11,7 @@ in checks.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, Estimator
@@ -43,8 +43,10 @@ ROLLOUT_SCHEMES = ("sample", "self_play")
 DTYPES = ("float32", "bfloat16")
 
 
-def validate(cfg: Config) -> None:
-    """Reject values that are invalid or would silently do nothing."""
+def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
+    """Reject values that are invalid or would silently do nothing. `explicit`: the dotted keys
+    the recipe or the command line set (config/load.py); a setting that cannot act is refused
+    when it is named there, even at its default value."""
     _check_choice("algo.name", cfg.algo.name, tuple(ADVANTAGE_ESTIMATORS))
     _check_choice("algo.loss_agg", cfg.algo.loss_agg, tuple(LOSS_AGGREGATIONS))
     _check_choice("algo.policy_loss", cfg.algo.policy_loss, tuple(POLICY_LOSSES))
@@ -127,7 +129,7 @@ def validate(cfg: Config) -> None:
             "rollout.max_infra_drop_fraction must be in [0, 1], got "
             f"{cfg.rollout.max_infra_drop_fraction}"
         )
-    _validate_ppo_terms(cfg)
+    _validate_ppo_terms(cfg, explicit)
     if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
         raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
     if cfg.rollout.max_tokens_per_turn > cfg.rollout.max_total_tokens:
@@ -186,7 +188,7 @@ def _names(has: Callable[[Estimator], bool]) -> str:
     return ", ".join(name for name, e in ADVANTAGE_ESTIMATORS.items() if has(e))
 
 
-def _validate_ppo_terms(cfg: Config) -> None:
+def _validate_ppo_terms(cfg: Config, explicit: Collection[str] = ()) -> None:
     algo = cfg.algo
     if not 0 <= algo.clip_low < 1 or algo.clip_high < 0:
         raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
@@ -203,6 +205,24 @@ def _validate_ppo_terms(cfg: Config) -> None:
             f"reward ({_names(lambda e: e.kl_reward)}), not algo.name={algo.name}; use the KL "
             "loss term instead"
         )
+    if not estimator.needs_value_head:
+        _unused(
+            cfg,
+            ["algo.lam", "algo.value_coef", "algo.value_clip"],
+            f"algo.name={algo.name} has no critic (GAE and the value loss are "
+            f"{_names(lambda e: e.needs_value_head)}'s)",
+            explicit,
+        )
+    if not estimator.discounted:
+        _unused(
+            cfg,
+            ["algo.gamma"],
+            f"algo.name={algo.name} does not discount token returns (only "
+            f"{_names(lambda e: e.discounted)} do)",
+            explicit,
+        )
+    if algo.kl_coef == 0:
+        _unused(cfg, ["algo.kl_estimator"], "algo.kl_coef=0: no KL is computed", explicit)
     if estimator.needs_groups and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"algo.name={algo.name} compares samples of a group: rollout.group_size must be >= 2"
