@@ -11,7 +11,15 @@ episode. An env whose lease was taken (or whose browser
 died) gets a new one and replays its episode there: pages are seeded, so the replay reaches the
 same page (see miniwob.py). That is also how a browser that dies is survived: any WebDriver
 error marks the browser dead, its process group is ended, and the next lease starts a fresh
-one. (A trainer killed by SIGKILL takes chromedriver with it, not always Chromium.)
+one.
+
+A browser dies with its owner, however the owner ends (SIGKILL included): every browser has a
+watchdog, a tiny stdlib-only Python process in its own session that reads a pipe only the
+owner holds. When the owner exits or is killed, the kernel closes the pipe; the watchdog then
+kills the browser's process group (chromedriver, Chromium and its helpers) and removes the
+browser's profile directory. (A parent-death signal, `PR_SET_PDEATHSIG`, is not used: it fires
+when the *thread* that started the child ends, which would kill browsers started from a worker
+thread, and it reaches only chromedriver, not the Chromium it starts.)
 
 Every browser has time limits: page loads (`page_load_timeout_s`) and scripts
 (`script_timeout_s`). Nothing is downloaded: the browser and chromedriver must be installed
@@ -25,7 +33,9 @@ import itertools
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,13 +84,61 @@ def browser_available() -> str:
     return ""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the chromedriver gets SIGTERM when the process that started it dies (even by
-    SIGKILL), so a killed trainer leaves no browsers behind."""
-    import ctypes
+WATCHDOG = """
+import os, shutil, signal, sys, time
+profile = sys.argv[1]
+line = sys.stdin.buffer.readline()  # the browser's process group, once it has started
+sys.stdin.buffer.read()  # returns at EOF: the owner closed the pipe, or died
+if line.strip():
+    group = int(line)
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:  # the profile is removed once nothing writes to it
+        try:
+            os.killpg(group, 0)
+        except OSError:
+            break
+        time.sleep(0.05)
+shutil.rmtree(profile, ignore_errors=True)
+"""
 
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+def start_watchdog(profile: str) -> subprocess.Popen[bytes]:
+    """A browser's watchdog (module doc): told the browser's process group by `watch_group`,
+    it kills that group and removes `profile` when its stdin closes, which happens when this
+    process closes it (`Browser.quit`) or exits in any way. Its own session, so a Ctrl-C to
+    the owner's terminal group does not stop it before it acts."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", WATCHDOG, profile],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def watch_group(watchdog: subprocess.Popen[bytes], group: int) -> None:
+    """Tell `watchdog` the process group it guards."""
+    assert watchdog.stdin is not None
+    watchdog.stdin.write(f"{group}\n".encode())
+    watchdog.stdin.flush()
+
+
+def _watched_service(chromedriver: str, watchdog: subprocess.Popen[bytes]) -> Any:
+    """A chromedriver Service in its own process group (chromedriver, Chromium and its
+    helpers), so `quit` and the watchdog can end all of it even when chromedriver is already
+    dead; the watchdog learns the group the moment the process exists."""
+    from selenium.webdriver.chrome.service import Service
+
+    class WatchedService(Service):  # type: ignore[misc]
+        def _start_process(self, path: str) -> None:
+            super()._start_process(path)
+            watch_group(watchdog, self.process.pid)
+
+    return WatchedService(chromedriver, popen_kw={"start_new_session": True})
 
 
 def _webdriver_errors() -> tuple[type[BaseException], ...]:
@@ -95,6 +153,8 @@ class Browser:
     """One running Chromium and its chromedriver; `tabs` maps a lease id to its window."""
 
     driver: Any
+    watchdog: subprocess.Popen[bytes] | None = None  # ends the browser when its owner dies
+    profile: str = ""  # Chromium's profile directory (removed by the watchdog)
     tabs: dict[int, str] = field(default_factory=dict)
     free_windows: list[str] = field(default_factory=list)
     current: str | None = None  # the window the driver is switched to
@@ -102,7 +162,7 @@ class Browser:
 
     def pid(self) -> int | None:
         """The chromedriver process id (tests kill it to simulate a crash)."""
-        process = getattr(self.driver.service, "process", None)
+        process = getattr(getattr(self.driver, "service", None), "process", None)
         return getattr(process, "pid", None)
 
     def quit(self) -> None:
@@ -115,6 +175,12 @@ class Browser:
         if pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)  # the group chromedriver leads
+        if self.watchdog is not None:  # EOF: it removes the profile and exits
+            with contextlib.suppress(OSError):
+                if self.watchdog.stdin is not None:
+                    self.watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=15.0)
 
 
 class Lease:
@@ -216,7 +282,6 @@ class BrowserPool:
     # -- browsers -------------------------------------------------------------------------
     def _start(self) -> Browser:
         from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
 
         binary, chromedriver = find_browser()
         os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium-manager: no telemetry
@@ -238,20 +303,20 @@ class BrowserPool:
             "--host-resolver-rules=MAP * ~NOTFOUND",  # the pages must not need the network
         ):
             options.add_argument(arg)
+        profile = tempfile.mkdtemp(prefix="agentic-rl-chromium-")
+        options.add_argument(f"--user-data-dir={profile}")
+        watchdog = start_watchdog(profile)
         try:
-            # Its own process group (chromedriver, Chromium and its helpers), so `quit` can end
-            # all of it even when chromedriver is already dead.
-            popen: dict[str, Any] = {"start_new_session": True}
-            if sys.platform == "linux":
-                popen["preexec_fn"] = _die_with_parent
-            service = Service(chromedriver, popen_kw=popen)
-            driver = webdriver.Chrome(service=service, options=options)
+            driver = webdriver.Chrome(
+                service=_watched_service(chromedriver, watchdog), options=options
+            )
         except _webdriver_errors() as err:
+            Browser(None, watchdog, profile).quit()  # ends what started, removes the profile
             raise BrowserUnavailable(f"could not start {binary}: {err}") from err
         driver.set_page_load_timeout(self.page_load_timeout_s)
         driver.set_script_timeout(self.script_timeout_s)
         self.started += 1
-        browser = Browser(driver)
+        browser = Browser(driver, watchdog, profile)
         browser.free_windows.append(driver.current_window_handle)
         browser.current = driver.current_window_handle
         return browser
