@@ -11,6 +11,7 @@ from typing import Any
 from agentic_rl.checkpoint.export import add_export_command
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError, recipe_dirs
+from agentic_rl.errors import UserInputError
 from agentic_rl.report.cli import add_report_command
 from agentic_rl.retrieval.cli import add_index_commands
 from agentic_rl.serving.cli import add_serve_policy_command
@@ -41,19 +42,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(args.recipe, args.overrides)
     if args.planner:  # inference-time planning with the recipe's model (or the checkpoint's)
         return _eval_planner(args, cfg)
-    if not args.checkpoint:
-        raise ConfigError("eval needs --checkpoint (or --planner mcts|cot for a planner)")
-    path = Path(args.checkpoint)
-    if not (path / "COMPLETE").exists():  # a run directory: take its last checkpoint
-        found = latest_checkpoint(path)
-        if found is None:
-            raise ConfigError(f"no complete checkpoint in {path}")
-        path = found
-    setup = build(cfg)
-    load_checkpoint(path, setup.policy, restore_rng=False)
+    path: Path | None = None
+    if args.checkpoint:
+        path = Path(args.checkpoint)
+        if not (path / "COMPLETE").exists():  # a run directory: take its last checkpoint
+            found = latest_checkpoint(path)
+            if found is None:
+                raise ConfigError(
+                    f"--checkpoint {path}: no complete checkpoint there (give a checkpoint dir "
+                    "or a run dir; without --checkpoint the recipe's starting model is evaluated)"
+                )
+            path = found
+    setup = build(cfg)  # the tasks are made first: a bad task file fails before the model loads
+    if path is not None:
+        load_checkpoint(path, setup.policy, restore_rng=False)
     tasks, size = setup.eval_tasks, cfg.rollout.eval_batch_size
+    what = str(path) if path is not None else f"the starting model {cfg.model.name}"
     print(
-        f"evaluating {path} on {len(tasks)} held-out tasks, greedy, {size} at a time "
+        f"evaluating {what} on {len(tasks)} held-out tasks, greedy, {size} at a time "
         "(fewer tasks: env.num_eval_tasks=N; Ctrl-C stops)",
         file=sys.stderr,
         flush=True,
@@ -65,7 +71,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             episodes += eval_episodes(setup, chunk)
             advance(len(chunk))
     result = summarize([samples[0] for samples in episodes])
-    print(json.dumps({"checkpoint": str(path), **result}, indent=2))
+    source = {"checkpoint": str(path) if path is not None else None, "model": cfg.model.name}
+    print(json.dumps({**source, **result}, indent=2))
     return 0
 
 
@@ -87,15 +94,39 @@ def _eval_planner(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
+def env_check_config(name: str, overrides: list[str], tasks: int, seed: int) -> Any:
+    """The config `check-env NAME key=value...` checks: `env.name=NAME`, `tasks` eval tasks
+    from `seed`, then the user's overrides, which may set only `env.*` keys (nothing else
+    acts on a check); validated as a training run's env section is."""
+    from agentic_rl.config.parse import build_dataclass, parse_override, set_dotted
+    from agentic_rl.config.schema import Config
+    from agentic_rl.config.validate_env import validate_env
+    from agentic_rl.envs.registry import env_names
+
+    if name not in env_names():
+        raise ConfigError(f"unknown env '{name}' (valid: {', '.join(env_names())})")
+    data: dict[str, Any] = {"env": {"name": name, "num_eval_tasks": tasks, "seed": seed}}
+    for text in overrides:
+        key, value = parse_override(text)
+        if key.split(".")[0] != "env":
+            raise ConfigError(
+                f"override '{text}': check-env uses only env.* settings (env.options.K=V, "
+                "env.eval_file=PATH, ...); the model and the trainer play no part in a check"
+            )
+        set_dotted(data, key, value)
+    cfg = build_dataclass(Config, data)
+    validate_env(cfg)
+    return cfg
+
+
 def _cmd_check_env(args: argparse.Namespace) -> int:
     from agentic_rl.envs.base import check_env
-    from agentic_rl.envs.registry import env_names, make_env, task_generator
+    from agentic_rl.envs.from_config import make_envs, make_tasks
 
-    if args.name not in env_names():
-        raise ConfigError(f"unknown env '{args.name}' (valid: {', '.join(env_names())})")
-    tasks = task_generator(args.name)("eval", args.tasks, args.seed)
-    skipped = check_env(make_env(args.name), tasks, seed=args.seed)
-    print(f"{args.name}: all checks passed on {len(tasks)} tasks")
+    cfg = env_check_config(args.name, args.overrides, args.tasks, args.seed)
+    tasks = make_tasks(cfg, "eval")  # env.eval_file's rows where set, else generated ones
+    skipped = check_env(make_envs(cfg, 1)[0], tasks, seed=args.seed)
+    print(f"{cfg.env.name}: all checks passed on {len(tasks)} tasks")
     for check in skipped:
         print(f"  skipped: {check}")
     return 0
@@ -199,7 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the recipe's held-out tasks")
     ev.add_argument("recipe", help="recipe name or YAML path")
     ev.add_argument("overrides", nargs="*", help="dotted overrides")
-    ev.add_argument("--checkpoint", help="checkpoint dir or run dir (with --planner: a model dir)")
+    ev.add_argument(
+        "--checkpoint",
+        help="checkpoint dir or run dir (with --planner: a model dir); default: the recipe's "
+        "starting model (model.name)",
+    )
     ev.add_argument(
         "--planner",
         choices=["mcts", "cot"],
@@ -221,6 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-env", help="validate an environment with check_env")
     check.add_argument("name", help="env name, e.g. search_qa")
+    check.add_argument(
+        "overrides",
+        nargs="*",
+        help="env settings as for train, e.g. env.options.env_id=Taxi-v3 or env.eval_file=F",
+    )
     check.add_argument(
         "--tasks",
         type=int,
@@ -261,11 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "recipe", None) and "=" in args.recipe:
         args.overrides = [args.recipe, *args.overrides]
         args.recipe = None
-    from agentic_rl.checkpoint.layout import CheckpointError
-    from agentic_rl.model.errors import ModelLoadError
-    from agentic_rl.model.tokens import TokenizerCheckError
-    from agentic_rl.scale.ray_pool import RayError  # Ray itself is imported only when used
-
     try:
         return args.fn(args)
     except KeyboardInterrupt:  # Ctrl-C: a message and the shell's code for SIGINT, no traceback
@@ -274,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
-    except (ModelLoadError, TokenizerCheckError, CheckpointError, RayError) as err:
+    except UserInputError as err:  # a file, row, picture, env id... the user gave (errors.py)
         print(f"error: {err}", file=sys.stderr)
     return 2
 

@@ -11,6 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
+from agentic_rl.errors import UserInputError
+
 CHECKPOINTS_DIRNAME = "checkpoints"
 MODEL_FILE = "model.safetensors"
 ADAPTER_DIR = "adapter"
@@ -100,7 +102,7 @@ def drop_optimizer_states(out_dir: Path, keep: Path) -> list[Path]:
     return removed
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserInputError, RuntimeError):
     """A checkpoint is missing, incomplete or does not match what is being loaded into it."""
 
 

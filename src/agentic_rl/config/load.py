@@ -81,9 +81,35 @@ def load_config(
     for stage, raw in zip(resolved, stages, strict=True):
         own = {k: v for k, v in raw.items() if k != "name"}
         settle_loss_agg(stage, _layers(recipe_data, own, forced, user_scoped, raw["name"]))
+    set_by_user = {parse_override(_scope(text)[1])[0] for text in user}
+    _drop_generated_task_options(data, set_by_user)
+    for stage in resolved:
+        _drop_generated_task_options(stage, set_by_user)
     cfg = _build(data, smoke)
     cfg.stages = [_build(stage, smoke).to_dict() for stage in resolved]
     return cfg
+
+
+def _drop_generated_task_options(data: dict[str, Any], set_by_user: set[str]) -> None:
+    """With both `env.train_file` and `env.eval_file` set, no task is generated, so the
+    recipe's `env.options` that only shape generated tasks (MemAgent's doc_tokens and hops,
+    Sokoban's dim...) have nothing to act on: they are dropped, so a shipped recipe takes the
+    user's files as it is. One the user set on this command line (`env.options.K=...` or a
+    whole `env.options=...`) stays, and validation refuses it as a setting that does nothing."""
+    env = data.get("env")
+    if not isinstance(env, dict) or not (env.get("train_file") and env.get("eval_file")):
+        return
+    options = env.get("options")
+    if not isinstance(options, dict) or "env.options" in set_by_user:
+        return
+    from agentic_rl.envs.registry import env_names, env_parameters, task_parameters
+
+    name = env.get("name")
+    if name not in env_names():
+        return  # validation names the unknown env
+    task_only = task_parameters(name) - env_parameters(name)
+    for key in [k for k in options if k in task_only and f"env.options.{k}" not in set_by_user]:
+        del options[key]
 
 
 Layer = tuple[str, dict[str, Any], bool]

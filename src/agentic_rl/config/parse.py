@@ -14,10 +14,12 @@ from typing import Any
 
 import yaml
 
+from agentic_rl.errors import UserInputError
+
 _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError, ValueError):
     """A recipe or override is invalid; the message names the key."""
 
 

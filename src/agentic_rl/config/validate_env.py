@@ -114,7 +114,8 @@ def _validate_env_sources(cfg: Config) -> None:
                 f"warm_start.num_tasks: the warm start plays the env's scripted expert, and "
                 f"env.name={env.name} has none (no expert_turn): set warm_start.num_tasks=0"
             )
-        if env.train_file and cls.__module__.startswith("agentic_rl."):
+        reads_rows = getattr(cls, "expert_reads_task_files", False)
+        if env.train_file and cls.__module__.startswith("agentic_rl.") and not reads_rows:
             raise ConfigError(
                 f"warm_start.num_tasks: env.name={env.name}'s scripted expert needs the fields "
                 "of its generated tasks, which env.train_file rows lack: set "

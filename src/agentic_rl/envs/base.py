@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Protocol, runtime_checkable
 
+from agentic_rl.errors import UserInputError
 from agentic_rl.tools.base import Tool, call_tool, result_tag_of
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -24,7 +25,11 @@ class Env(Protocol):
 
     Optional: `expert_turn()` (a scripted expert, used by warm starts and checked by
     `check_env` where the env has one: see `has_expert`) and the class attribute
-    `anchor_states = True` (observations carry `Observation.anchor`, which GiGPO groups on).
+    `anchor_states = True` (observations carry `Observation.anchor`, which GiGPO groups on);
+    `task_fields` (the `Task.fields` keys every task must carry, so a user's task-file row
+    without one is refused at load, naming the row: envs/task_files.py) and
+    `expert_reads_task_files = True` (the scripted expert works on such rows too, so a warm
+    start may play them).
     """
 
     tools: list[Tool]
@@ -201,7 +206,7 @@ class ToolEnv:
 # ---------------------------------------------------------------------------------------------
 
 
-class EnvCheckError(Exception):
+class EnvCheckError(UserInputError):
     """Raised by `check_env`; the message names the failed check."""
 
 
@@ -313,6 +318,14 @@ def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
         text = env.expert_turn()
         turns.append(text)
         result = env.step(_parse_expert(text, tools))
+        if result.truncated and not result.terminated:
+            _require(
+                False,
+                "expert succeeds",
+                f"{task.task_id}: the episode was truncated (the env's step limit) after "
+                f"{turns} before the expert reached the goal; the task needs a longer "
+                "episode than the env allows (raise its step limit, or drop the task)",
+            )
         if result.terminated:
             # Success as the env reports it, or the last step's reward: an expert that plays the
             # best policy in expectation (a risky bandit arm) succeeds without a reward of 1.
@@ -326,6 +339,20 @@ def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
     _require(False, "expert terminates", f"{task.task_id}: no answer within {max_turns} turns")
 
 
+def _guarded(check: str, task: Task, run: Any, *args: Any) -> None:
+    """`run(*args)`; an exception the env raises inside a check becomes an EnvCheckError that
+    names the check and the task (the env's own error chained to it): a checker reports what
+    it finds, it does not crash on it."""
+    try:
+        run(*args)
+    except EnvCheckError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the env under test is a finding
+        raise EnvCheckError(
+            f"check_env: {check} failed: {task.task_id}: the env raised {type(err).__name__}: {err}"
+        ) from err
+
+
 def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int = 6) -> list[str]:
     """Validate an env on `tasks` (Gymnasium-style checker). Raises EnvCheckError on failure;
     returns the checks it skipped, each with the reason.
@@ -336,7 +363,9 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     expert succeeds (info["success"] or reward 1.0) within `max_expert_turns` turns. An env without a scripted expert
     (no `expert_turn`, see `has_expert`) skips that last check: it can still be trained, only
     not warm-started. Tasks without gold answers (a task solved by acting, never answered in
-    text, e.g. image planning) skip the answer check.
+    text, e.g. image planning) skip the answer check. An expert episode the env truncates (its
+    step limit) fails the expert check; an exception the env raises in any check is reported
+    as an EnvCheckError naming the check and the task.
     """
     _require(bool(tasks), "tasks given", "check_env needs at least one task")
     _require(isinstance(getattr(env, "tools", None), list), "env.tools is a list")
@@ -344,12 +373,12 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     expert = has_expert(env)
     skipped = [] if expert else ["expert succeeds (the env has no expert_turn)"]
     for task in tasks:
-        _check_reset(env, task, seed)
-        _check_steps(env, task, seed)
+        _guarded("reset", task, _check_reset, env, task, seed)
+        _guarded("steps", task, _check_steps, env, task, seed)
         if task.answers:
-            _check_answers(env, task, seed)
+            _guarded("answers", task, _check_answers, env, task, seed)
         elif not any(s.startswith("gold answer") for s in skipped):
             skipped.append("gold answer scores >= a wrong one (the tasks have no gold answers)")
         if expert:
-            _check_expert(env, task, seed, max_expert_turns)
+            _guarded("expert succeeds", task, _check_expert, env, task, seed, max_expert_turns)
     return skipped

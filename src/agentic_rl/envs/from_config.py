@@ -12,7 +12,8 @@ Tasks come from the env's task generator, or from the user's own files (`env.tra
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
@@ -21,11 +22,15 @@ from agentic_rl.envs.registry import (
     env_parameters,
     make_env,
     split_options,
+    task_fields,
     task_generator,
     task_parameters,
 )
 from agentic_rl.envs.task_files import DatasetError, load_tasks
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Task
+
+T = TypeVar("T")
 
 
 def env_kwargs(cfg: Config, progress: float | None = None) -> dict[str, Any]:
@@ -49,7 +54,23 @@ def make_envs(cfg: Config, n: int, progress: float | None = None, pool: Any = No
     if pool is not None:
         return pool.make(n, progress)
     kwargs = env_kwargs(cfg, progress)
-    return [make_env(cfg.env.name, **kwargs) for _ in range(n)]
+    return [_user_setting(cfg, lambda: make_env(cfg.env.name, **kwargs)) for _ in range(n)]
+
+
+def _user_setting(cfg: Config, make: Callable[[], T]) -> T:
+    """`make()`, where a ValueError means a value the user set (an env option, an env id...):
+    the env constructors and task generators check their arguments with ValueError, and at
+    this door those arguments are the user's `env.*` settings, so the error becomes a
+    ConfigError naming them. A `UserInputError` (a level file, a Gymnasium env) passes as it
+    is: it already names its file or id."""
+    try:
+        return make()
+    except UserInputError:
+        raise
+    except ValueError as err:
+        raise ConfigError(
+            f"env.name={cfg.env.name} with env.options {cfg.env.options}: {err}"
+        ) from err
 
 
 def task_file(cfg: Config, split: str) -> tuple[str, str]:
@@ -65,11 +86,12 @@ def make_tasks(cfg: Config, split: str) -> list[Task]:
     key, path = task_file(cfg, split)
     if path:
         try:
-            return load_tasks(path, limit=n)
+            return load_tasks(path, limit=n, required=task_fields(cfg.env.name), env=cfg.env.name)
         except (DatasetError, OSError, ImportError) as err:
             raise ConfigError(f"{key}: {err}") from err
     kwargs: dict[str, Any] = {}
     if "corpus_seed" in task_parameters(cfg.env.name):
         kwargs["corpus_seed"] = cfg.env.seed
     kwargs.update(split_options(cfg.env.name, cfg.env.options)[1])
-    return task_generator(cfg.env.name)(split, n, cfg.env.seed, **kwargs)
+    generate = task_generator(cfg.env.name)
+    return _user_setting(cfg, lambda: generate(split, n, cfg.env.seed, **kwargs))

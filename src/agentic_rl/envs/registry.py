@@ -311,6 +311,12 @@ def split_options(name: str, options: dict[str, Any]) -> tuple[dict[str, Any], d
     )
 
 
+def task_fields(name: str) -> tuple[str, ...]:
+    """The `Task.fields` keys env `name` reads from every task (its class's `task_fields`,
+    default none): a row of a user's task file must carry each as a column (task_files.py)."""
+    return tuple(getattr(env_class(name), "task_fields", ()))
+
+
 def make_env(name: str, **kwargs: Any) -> Env:
     """Build the env called `name` with constructor `kwargs`."""
     return env_class(name)(**kwargs)  # type: ignore[no-any-return]

@@ -14,8 +14,9 @@ from the last user message of `prompt` (veRL-only files); the gold answers from
 `golden_answers`, else `reward_model.ground_truth` (`{"target": [...]}`, a list, or a string),
 else `answers`. `Task.prompt` is the bare question: the env adds its own instructions.
 StepSearch's extras (`ground_truth.search_keys`, `extra_info.support_docs`) land in
-`Task.fields`, with `data_source` and `extra_info`. Every error names the file and the row
-(0-based, blank JSONL lines skipped).
+`Task.fields`, with `data_source` and `extra_info`, and so do the columns the env needs
+(`required`: its class's `task_fields`, e.g. MemAgent's `context`), which every row must have.
+Every error names the file and the row (0-based, blank JSONL lines skipped).
 
 Parquet needs pyarrow (imported only when a parquet file is read).
 """
@@ -24,17 +25,18 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Task
 
 ANSWER_COLUMNS = ("golden_answers", "reward_model.ground_truth", "answers")
 QUESTION_COLUMNS = ("question", "prompt")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserInputError, ValueError):
     """A dataset file or row that cannot be turned into tasks; the message says where."""
 
 
@@ -121,12 +123,37 @@ def _support_docs(value: Any) -> list[str]:
     return [doc for doc in docs if doc.strip()]
 
 
-def row_to_task(row: Mapping[str, Any], *, source: str = "row", index: int = 0) -> Task:
-    """One dataset row -> Task. `source` and `index` only name the row in errors and ids."""
+def _required_fields(
+    row: Mapping[str, Any], required: Sequence[str], where: str, env: str
+) -> dict[str, Any]:
+    """The columns an env reads from every task (`required`), checked present: a row without
+    one would load and fail mid-episode."""
+    missing = [name for name in required if row.get(name) is None]
+    if missing:
+        needs = f"env {env} needs" if env else "the env needs"
+        raise DatasetError(
+            f"{where}: missing column '{missing[0]}', which {needs} in every row (it reads "
+            f"{', '.join(repr(r) for r in required)}); row has: {', '.join(sorted(row)) or 'nothing'}"
+        )
+    return {name: row[name] for name in required}
+
+
+def row_to_task(
+    row: Mapping[str, Any],
+    *,
+    source: str = "row",
+    index: int = 0,
+    required: Sequence[str] = (),
+    env: str = "",
+) -> Task:
+    """One dataset row -> Task. `source` and `index` only name the row in errors and ids;
+    `required` columns (the env's `task_fields`; `env` names it in errors) must be present and
+    land in `Task.fields`."""
     where = f"{source}: row {index}"
     if not isinstance(row, Mapping):
         raise DatasetError(f"{where}: expected an object, got {type(row).__name__}")
     row = _plain(row)
+    needed = _required_fields(row, required, where, env)
     question = _question(row, where)
     answers = _answers(row, where)
     truth = _ground_truth(row)
@@ -144,6 +171,7 @@ def row_to_task(row: Mapping[str, Any], *, source: str = "row", index: int = 0) 
         fields["support_docs"] = _support_docs(extra["support_docs"])
     if isinstance(row.get("context"), str):  # long-document QA (MemAgent): the document
         fields["context"] = row["context"]
+    fields.update(needed)
     task_id = row.get("id")
     if task_id is None or str(task_id) == "":
         split = extra.get("split", "")
@@ -187,12 +215,17 @@ def read_parquet_rows(path: str | Path) -> list[dict[str, Any]]:
         ) from None
 
 
-def tasks_from_rows(rows: Iterable[tuple[int, Mapping[str, Any]]], source: str) -> list[Task]:
+def tasks_from_rows(
+    rows: Iterable[tuple[int, Mapping[str, Any]]],
+    source: str,
+    required: Sequence[str] = (),
+    env: str = "",
+) -> list[Task]:
     """Tasks from (index, row) pairs; duplicate task ids are an error (they key groups)."""
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for index, row in rows:
-        task = row_to_task(row, source=source, index=index)
+        task = row_to_task(row, source=source, index=index, required=required, env=env)
         if task.task_id in seen:
             first = seen[task.task_id]
             raise DatasetError(
@@ -203,8 +236,11 @@ def tasks_from_rows(rows: Iterable[tuple[int, Mapping[str, Any]]], source: str) 
     return tasks
 
 
-def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
-    """Tasks from a `.parquet`, `.jsonl` or `.json` (a list of rows) file; first `limit` rows."""
+def load_tasks(
+    path: str | Path, limit: int | None = None, required: Sequence[str] = (), env: str = ""
+) -> list[Task]:
+    """Tasks from a `.parquet`, `.jsonl` or `.json` (a list of rows) file; first `limit` rows,
+    each with the `required` columns (the `task_fields` of `env`) or a DatasetError naming it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {path} not found")
@@ -225,7 +261,7 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
         raise DatasetError(f"{path}: unknown dataset format {suffix!r} (.parquet, .jsonl, .json)")
     if limit is not None:
         rows = itertools.islice(rows, max(limit, 0))
-    tasks = tasks_from_rows(rows, str(path))
+    tasks = tasks_from_rows(rows, str(path), required, env)
     if not tasks:
         raise DatasetError(f"{path}: no rows")
     return tasks

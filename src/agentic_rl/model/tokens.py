@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Message
 
 
-class TokenizerCheckError(RuntimeError):
+class TokenizerCheckError(UserInputError, RuntimeError):
     """The tokenizer / chat template cannot be used for token-native multi-turn rollouts."""
 
 

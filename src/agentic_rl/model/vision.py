@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agentic_rl.errors import UserInputError
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.types import ImageRef
 
@@ -60,7 +61,7 @@ FAMILIES = IDEFICS3_FAMILIES + QWEN2_VL_FAMILIES
 """Model types whose image inputs this module builds."""
 
 
-class ImageError(ValueError):
+class ImageError(UserInputError, ValueError):
     """An image reference cannot be read back: the file is missing or its bytes changed."""
 
 

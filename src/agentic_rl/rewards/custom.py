@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Task, Trajectory
 
 REWARD_MODES = ("replace", "add")
@@ -31,7 +32,7 @@ REWARD_MODES = ("replace", "add")
 FILLED = ("completions", "prompts", "answers", "task_id")
 
 
-class RewardFnError(ValueError):
+class RewardFnError(UserInputError, ValueError):
     """The reward function cannot be imported, or returned something unusable."""
 
 

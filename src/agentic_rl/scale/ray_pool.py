@@ -34,13 +34,14 @@ from agentic_rl.config.schema import Config
 from agentic_rl.envs.base import Env
 from agentic_rl.envs.from_config import env_kwargs
 from agentic_rl.envs.registry import make_env
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 if TYPE_CHECKING:
     pass
 
 
-class RayError(RuntimeError):
+class RayError(UserInputError, RuntimeError):
     """Ray is missing, the cluster cannot be reached or died, or an episode kept losing its
     env worker."""
 

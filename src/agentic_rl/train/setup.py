@@ -102,21 +102,24 @@ def check_resume(out: Path, checkpoint: Path, cfg: Config) -> None:
 
 
 def build(cfg: Config) -> Setup:
-    """Load the models, tokenizer and generator, make the tasks and the chat format."""
+    """Make the tasks and an env, then load the models, tokenizer and generator and the chat
+    format. The user's own inputs (task files, level files, env ids, env options) are read and
+    checked first: a bad one fails in seconds, not after the model has loaded."""
+    train_tasks, eval_tasks = make_tasks(cfg, "train"), make_tasks(cfg, "eval")
+    tools = make_envs(cfg, 1)[0].tools
     torch.manual_seed(cfg.trainer.seed)
     device = resolve_device(cfg)  # trainer.device: the reference and critic follow the policy
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
     policy = policy.to(device)  # before the generator: the HF one samples with this object
     check_prefix_preserving(tokenizer)
-    tools = make_envs(cfg, 1)[0].tools
     setup = Setup(
         cfg=cfg,
         policy=policy,
         tokenizer=tokenizer,
         generator=make_generator(cfg, policy, tokenizer),  # rollout.backend: hf or vllm
         fmt=make_chat_format(cfg.rollout.chat_format, tools, tokenizer),
-        train_tasks=make_tasks(cfg, "train"),
-        eval_tasks=make_tasks(cfg, "eval"),
+        train_tasks=train_tasks,
+        eval_tasks=eval_tasks,
         device=device,
     )
     if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead

@@ -19,6 +19,7 @@ from torch import nn
 from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
+from agentic_rl.errors import UserInputError
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import autocast, token_logprobs
@@ -129,7 +130,7 @@ def train_sft(
 #                 data, not model samples, so tokenising their text is right here.
 
 
-class TrajectoryFormatError(ValueError):
+class TrajectoryFormatError(UserInputError, ValueError):
     """A trajectory file line is malformed; the message names the line."""
 
 

@@ -157,6 +157,9 @@ class NavigationEnv(DiscreteActionEnv):
     """VLN-R1 navigation: follow a route instruction through a generated house, 6 actions per
     turn, time-decayed chunk reward (see the module doc)."""
 
+    # The map and the poses: a task-file row needs it (envs/base.py).
+    task_fields = ("house", "start", "goal")
+
     def __init__(
         self,
         chunk_size: int = CHUNK_SIZE,

@@ -102,6 +102,9 @@ def risky_pays(task: Task, seed: int, risky_prob: float = 0.25) -> bool:
 class BanditEnv:
     """Pull one of two arms (see the module docstring)."""
 
+    # The arms' names: a task-file row needs it (envs/base.py).
+    task_fields = ("arms", "risky")
+
     def __init__(
         self,
         safe_reward: float = 0.1,

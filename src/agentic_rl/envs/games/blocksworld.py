@@ -208,6 +208,9 @@ def knowledge_rule(state: State, goal: Sequence[Fact]) -> str:
 class BlocksworldEnv(KnowledgeMixin, DiscreteActionEnv):
     """Blocksworld: stack the blocks so every goal clause holds (RAP's problems; see module)."""
 
+    # The problem's facts: a task-file row needs it (envs/base.py).
+    task_fields = ("init", "goal")
+
     def __init__(
         self,
         num_blocks: int = 4,

@@ -251,6 +251,9 @@ def make_countdown_tasks(
 class CountdownEnv(ToolEnv):
     """Answer an expression that reaches the target (see the module docstring); one turn."""
 
+    # The puzzle: a task-file row needs it (envs/base.py).
+    task_fields = ("numbers", "target")
+
     def __init__(self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0) -> None:
         super().__init__([], format_penalty=format_penalty, tool_timeout_s=tool_timeout_s)
 

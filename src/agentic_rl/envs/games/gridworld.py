@@ -148,6 +148,9 @@ def make_gridworld_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
 class GridWorldEnv:
     """Walk to the goal; reward 1 on arrival, -format_penalty per malformed move."""
 
+    # The layout: a task-file row needs it (envs/base.py).
+    task_fields = ("walls", "start", "goal")
+
     anchor_states = True  # every observation carries `anchor` (GiGPO groups steps on it)
 
     def __init__(self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0) -> None:

@@ -42,6 +42,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Literal
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv
+from agentic_rl.errors import UserInputError
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
@@ -61,7 +62,7 @@ _LAST_ACTION = re.compile(r"^\s*\(\w[\w ]*\)\s*$")  # toy-text envs print "  (Do
 TASK_SEED_STRIDE = 1_000_003  # train seeds are even, eval seeds odd, per generator seed
 
 
-class GymTextError(ValueError):
+class GymTextError(UserInputError, ValueError):
     """A Gymnasium env the adapter cannot use; the message names it and says why."""
 
 
@@ -361,6 +362,9 @@ def make_frozenlake_tasks(
 
 class FrozenLakeEnv(GymTextEnv):
     """RAGEN's FrozenLake over Gymnasium's (see the module docstring)."""
+
+    # The map rows: a task-file row needs it (envs/base.py).
+    task_fields = ("desc",)
 
     def __init__(
         self,

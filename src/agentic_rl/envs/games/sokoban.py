@@ -74,6 +74,24 @@ def level_task(level: Level, task_id: str, solution: list[int]) -> Task:
     )
 
 
+def _file_task(level: Level, path: str, i: int, split: Split, max_steps: int) -> Task:
+    """The task of level `i` (0-based) of the file `path`, solved once; a level without a
+    solution, or whose shortest plan does not fit `max_steps` moves, is a LevelError."""
+    solution = solve(level)
+    if solution is None:
+        raise LevelError(
+            f"{path}: level {i + 1} has no solution the solver finds within {MAX_SOLVER_NODES} "
+            "states: fix the level or remove it from the file"
+        )
+    if len(solution) > max_steps:
+        raise LevelError(
+            f"{path}: level {i + 1}'s shortest plan takes {len(solution)} moves, more than the "
+            f"episode's step limit max_steps={max_steps}: set env.options.max_steps="
+            f"{len(solution)} or more (and rollout.max_turns to fit it), or remove the level"
+        )
+    return level_task(level, f"sokoban-file-{split}-{i}", solution)
+
+
 def make_sokoban_tasks(
     split: Split,
     n: int,
@@ -85,6 +103,7 @@ def make_sokoban_tasks(
     max_solution: int = 10,
     level_file: str = "",
     eval_level_file: str = "",
+    max_steps: int = 10,
 ) -> list[Task]:
     """`n` Sokoban levels for `split`.
 
@@ -92,23 +111,29 @@ def make_sokoban_tasks(
     8x8 with 2 is its harder variant) whose optimal solution takes `min_solution` to
     `max_solution` moves; train and eval levels are disjoint. From files: the levels of
     `level_file` (train) or `eval_level_file` (eval; defaults to `level_file`), at most `n`, in
-    file order, each solved once (its optimal solution is the gold answer)."""
+    file order, each solved once (its optimal solution is the gold answer).
+
+    `max_steps` is the env's step limit (the same `env.options.max_steps`): a level whose
+    shortest plan is longer could never be solved in an episode (the expert would be cut off),
+    so such a file level is a LevelError naming it, and `max_solution` above it a ValueError."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    key = "eval_level_file" if split == "eval" and eval_level_file else "level_file"
     path = (eval_level_file or level_file) if split == "eval" else level_file
     if path:
-        tasks = []
-        for i, level in enumerate(read_xsb_levels(path)[:n]):
-            solution = solve(level)
-            if solution is None:
-                raise LevelError(
-                    f"{path}: level {i + 1} has no solution the solver finds within "
-                    f"{MAX_SOLVER_NODES} states"
-                )
-            tasks.append(level_task(level, f"sokoban-file-{split}-{i}", solution))
-        return tasks
+        try:
+            levels = read_xsb_levels(path)[:n]
+        except LevelError as err:
+            raise LevelError(f"env.options.{key}: {err}") from None
+        return [_file_task(level, path, i, split, max_steps) for i, level in enumerate(levels)]
     if min_solution > max_solution:
         raise ValueError(f"min_solution {min_solution} > max_solution {max_solution}")
+    if max_solution > max_steps:
+        raise ValueError(
+            f"max_solution={max_solution} allows levels whose shortest plan is longer than "
+            f"max_steps={max_steps}, the episode's step limit: lower max_solution or raise "
+            "max_steps"
+        )
     rng = random.Random(f"sokoban/{split}/{seed}/{dim}/{num_boxes}")
     tasks: list[Task] = []
     seen: set[str] = set()
@@ -139,6 +164,9 @@ def make_sokoban_tasks(
 
 class SokobanEnv(DiscreteActionEnv):
     """Push every box onto a target (RAGEN's rewards and text grid; see the module doc)."""
+
+    # The level in XSB text: a task-file row needs it (envs/base.py).
+    task_fields = ("level",)
 
     index_base = 1  # RAGEN numbers the moves 1 Up, 2 Down, 3 Left, 4 Right
 

@@ -29,6 +29,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentic_rl.errors import UserInputError
+
 Cell = tuple[int, int]
 
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -47,7 +49,7 @@ XSB_SYMBOLS = {
 }  # fmt: skip
 
 
-class LevelError(ValueError):
+class LevelError(UserInputError, ValueError):
     """A Sokoban level that cannot be used (malformed, unsolvable); the message says why."""
 
 
@@ -173,8 +175,14 @@ def parse_xsb(text: str) -> Level:
 
 
 def read_xsb_levels(path: str | Path) -> list[Level]:
-    """Every level of an XSB file (levels separated by blank lines; `;` lines are comments)."""
-    text = Path(path).read_text(encoding="utf-8")
+    """Every level of an XSB file (levels separated by blank lines; `;` lines are comments);
+    a file that cannot be read is a LevelError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LevelError(f"{path}: no such level file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise LevelError(f"{path}: cannot be read as an XSB text file ({err})") from None
     blocks, current = [], []
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith(";"):

@@ -60,6 +60,10 @@ class MemAgentEnv:
     fit `context_tokens`) or "truncate" (as much of the document's head as fits).
     """
 
+    # The document: a task-file row needs it (envs/base.py).
+    task_fields = ("context",)
+    expert_reads_task_files = True  # a row's facts: its sentences that hold an answer
+
     tools: list[Tool] = []
     memory_reader = True  # rollout.mode=memory plays this env (rollout/memory.py)
 
@@ -142,13 +146,30 @@ class MemAgentEnv:
 
     def expert_turn(self) -> str:
         """MemAgent's ideal reader: a memory with every supporting fact seen so far (the
-        sentences of `fields["facts"]` found in this section, added to the previous ones), and
-        finally the answer."""
+        sentences of `fields["facts"]` found in this section, added to the previous ones; on a
+        user's row without facts, `row_facts`), and finally the answer."""
         assert self.task is not None, "reset first"
         if self.kind == "final":
             return f"<answer>{self.task.answers[0]}</answer>"
-        for fact in self.task.fields.get("facts", []):
+        facts = self.task.fields.get("facts")
+        for fact in row_facts(self.task) if facts is None else facts:
             if fact in self.section and fact not in self.expert_memory:
                 self.expert_memory.append(fact)
         memory = ". ".join(self.expert_memory) + "." if self.expert_memory else "Nothing yet."
         return memory + self.end_of_turn
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def row_facts(task: Task) -> list[str]:
+    """The supporting facts of a user's row ({context, question, answers}), which names none:
+    the sentences of its `context` that contain a gold answer (case-insensitive), without their
+    final full stop (the expert joins facts with ". "), in document order."""
+    answers = [a.lower() for a in task.answers if a.strip()]
+    sentences = _SENTENCE_END.split(str(task.fields.get("context", "")))
+    return [
+        sentence.strip().rstrip(".")
+        for sentence in sentences
+        if any(answer in sentence.lower() for answer in answers)
+    ]

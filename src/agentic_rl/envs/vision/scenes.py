@@ -227,6 +227,9 @@ class VisualQAEnv:
     rollout's turn budget ends the episode), stopping without an answer ends it with that
     penalty."""
 
+    # The scene the picture is drawn from: a task-file row needs it (envs/base.py).
+    task_fields = ("objects",)
+
     system_prompt = VQA_SYSTEM
 
     def __init__(

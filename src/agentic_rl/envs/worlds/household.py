@@ -295,6 +295,9 @@ def _name(arg: str) -> str:
 class HouseholdEnv(DiscreteActionEnv):
     """TextWorld pick-and-place household games (see the module doc)."""
 
+    # The house, as JSON text: a task-file row needs it (envs/base.py).
+    task_fields = ("layout",)
+
     def __init__(
         self,
         max_actions_per_turn: int = 1,

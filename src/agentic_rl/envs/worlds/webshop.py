@@ -313,6 +313,9 @@ DESCRIPTION, FEATURES = "Description", "Features"
 class WebShopEnv(DiscreteActionEnv):
     """The generated web shop (see the module doc)."""
 
+    # The wanted product, as JSON text: a task-file row needs it (envs/base.py).
+    task_fields = ("goal",)
+
     def __init__(
         self,
         max_actions_per_turn: int = 1,
