@@ -1,0 +1,181 @@
+"""The docs: generated pages equal what bench/docs_tables.py makes of bench/results (numbers typed
+once), every recipe has a page, the README stays a short guide, and the docs' code runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import docs_results  # noqa: E402  (bench/ is scripts, not a package)
+import docs_tables  # noqa: E402
+from docs_results import DocsSourceError  # noqa: E402
+
+
+def test_generated_pages_equal_the_generator_output():
+    files = docs_tables.generate()
+    differ = [str(p.relative_to(ROOT)) for p, t in files.items() if p.read_text() != t]
+    assert not differ, f"out of date (run `make docs` and commit): {differ}"
+    assert not docs_tables.stale_pages(files)
+
+
+def test_every_recipe_has_a_page():
+    names = docs_tables.recipe_names()
+    assert len(names) >= 40
+    for name in names:
+        assert (ROOT / "docs" / "recipes" / f"{name}.md").is_file(), name
+    index = (ROOT / "docs" / "recipes" / "index.md").read_text()
+    assert all(f"[`{n}`]({n}.md)" in index for n in names)
+
+
+def test_readme_is_a_short_guide_whose_links_exist():
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 250
+    assert max(len(line) for line in lines) <= 300
+    for target in re.findall(r"\]\(([^)#\s]+)\)", text):
+        if not target.startswith("http"):
+            assert (ROOT / target).exists(), f"README links to a missing {target}"
+
+
+# --- the number readers, by hand -------------------------------------------------------------
+
+
+def test_lookup_walks_dicts_and_lists_and_names_what_is_missing():
+    data = {"runs": [{"summary": {"after": {"success": 0.5}}}]}
+    assert docs_results.lookup(data, "runs.0.summary.after.success") == 0.5
+    assert docs_results.lookup(data, "runs.-1.summary.after.success") == 0.5
+    with pytest.raises(KeyError, match="'before'"):
+        docs_results.lookup(data, "runs.0.summary.before")
+    with pytest.raises(KeyError, match="a list of 1"):
+        docs_results.lookup(data, "runs.1")
+
+
+def test_formats():
+    assert docs_results.format_value(0.8333, "pct") == "83%"
+    assert docs_results.format_value(0.125, "pct1") == "12.5%"
+    assert docs_results.format_value(851.2, "min") == "14.2 min"
+    assert docs_results.format_value(5217.7, "gib") == "5.1 GiB"
+    assert docs_results.format_value(3.1415, "x") == "3.14x"
+    assert docs_results.format_value(1234.4, "int") == "1,234"
+    assert docs_results.format_value(0.25, None) == "0.25"
+    with pytest.raises(KeyError, match="needs a number"):
+        docs_results.format_value("grpo", "pct")
+
+
+def test_references_are_filled_and_bad_ones_name_the_source():
+    results = {"a.json": {"x": {"y": 0.5}, "algo": "grpo"}}
+    text = "success [[a.json:x.y|pct]] with [[a.json:algo]]"
+    assert docs_results.substitute(text, results.__getitem__, "s.md") == "success 50% with grpo"
+    with pytest.raises(DocsSourceError, match=r"s\.md: \[\[a\.json:x\.z\]\]: no 'z'"):
+        docs_results.substitute("[[a.json:x.z|pct]]", results.__getitem__, "s.md")
+    with pytest.raises(DocsSourceError, match="s.md: .*format 'pc'"):
+        docs_results.substitute("[[a.json:x.y|pc]]", results.__getitem__, "s.md")
+
+
+def _run(seed: int, after: float) -> dict:
+    summary = {
+        "steps": 3,
+        "eval_tasks": 10,
+        "before": {"success": 0.0},
+        "warm_start": {"success": 0.5},
+        "after": {"success": after},
+    }
+    return {"seed": seed, "summary": summary, "wall_seconds": 120.0}
+
+
+def test_runs_headline_and_table_by_hand():
+    data = {"command": "/x/.venv/bin/python bench/recipe_runs.py r", "runs": [_run(0, 0.7)]}
+    assert docs_results.runs_headline(data, "r.json") == (
+        "held-out success untrained 0% → warm start 50% → 3 RL steps 70% (10 tasks, 1 seed)"
+    )
+    two = {"command": "c", "runs": [_run(0, 0.7), _run(1, 0.6)]}
+    assert "3 RL steps 70%/60% (10 tasks, 2 seeds)" in docs_results.runs_headline(two, "r")
+    table = docs_results.runs_table(data, "r.json").splitlines()
+    assert table[2] == "| 0 | before | 0% | - | - | - |"
+    assert table[4] == "| 0 | after 3 RL steps | 70% | - | - | - |"
+    assert table[-1].startswith("`.venv/bin/python bench/recipe_runs.py r` (r.json; 1 seed")
+
+
+def test_staged_headline_names_the_stages():
+    stages = {
+        "sft": {"steps": 0, "eval_tasks": 4, "after": {"success": 0.25}},
+        "rl": {"steps": 1, "eval_tasks": 4, "after": {"success": 0.5}},
+    }
+    data = {"command": "c", "runs": [{"seed": 0, "summary": {"stages": stages}}]}
+    assert docs_results.runs_headline(data, "r") == (
+        "held-out success sft 25% → rl (1 RL step) 50% (4 tasks, 1 seed)"
+    )
+
+
+def test_learning_headline_by_hand():
+    seeds = [
+        {"seed": 0, "before": 0.0, "warm_start": 0.5, "after_rl": 0.7},
+        {"seed": 1, "before": 0.0, "warm_start": 0.6, "after_rl": 0.6},
+    ]
+    data = {
+        "rl_steps": 60,
+        "held_out_tasks": 100,
+        "seeds": seeds,
+        "rl_gain": {"mean": 0.1, "min": 0.0, "max": 0.2},
+    }
+    assert docs_results.learning_headline(data, "l") == (
+        "held-out success 0% → 55% (warm start) → 65% (60 RL steps), mean of 2 seeds;"
+        " RL gain +0 to +20 points"
+    )
+    assert "| 0 | 0% | 50% | 70% | +20 points |" in docs_results.learning_table(data, "l")
+
+
+def test_conditionals_follow_the_results_file(tmp_path):
+    (tmp_path / "there.json").write_text("{}")
+    text = "a [[if there.json]]yes[[else]]no[[end]] b [[if gone.json]]yes[[else]]no[[end]]"
+    assert docs_tables.conditionals(text, tmp_path) == "a yes b no"
+
+
+# --- the docs' code ---------------------------------------------------------------------------
+
+
+def _hand_written_pages() -> list[Path]:
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    return [p for p in pages if "sources" not in p.parts and not _generated(p)]
+
+
+def _generated(path: Path) -> bool:
+    return path.read_text().startswith("<!-- generated by bench/docs_tables.py")
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
+
+
+def test_every_python_block_in_the_docs_compiles():
+    blocks = [(p, b) for p in _hand_written_pages() for b in _python_blocks(p)]
+    assert blocks
+    for path, block in blocks:
+        compile(block, str(path), "exec")
+
+
+def test_the_reward_function_of_the_guide_runs():
+    (block,) = _python_blocks(ROOT / "docs" / "guides" / "reward-functions.md")
+    namespace: dict = {}
+    exec(block, namespace)
+    fn = namespace["contains_answer"]
+    assert fn(["It is Paris.", "Lyon"], answers=[["paris"], ["paris"]]) == [1.0, 0.0]
+
+
+def test_included_files_exist_and_examples_are_run_by_the_tests():
+    from test_examples import EXAMPLES
+
+    included = []
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        included += re.findall(r'--8<-- "([^"]+)"', path.read_text())
+    assert included
+    for name in included:
+        assert (ROOT / name).is_file(), name
+        if name.startswith("examples/"):
+            assert Path(name).name in EXAMPLES, f"{name} is included but not run by the tests"
