@@ -48,7 +48,7 @@ class AdvantageInputs:
     """[B] long: rows of one episode share it (step mode, context-budget segments,
     multi-conversation samples); None = every row is its own episode."""
     token_rewards: Tensor | None = None
-    """[B, T] step rewards on the last token of the turn that earned them (ppo)."""
+    """[B, T] step rewards on the last loss-mask-1 token of the turn that earned them (ppo)."""
     values: Tensor | None = None
     """[B, T] the critic's values before the update (ppo)."""
     kl: Tensor | None = None

@@ -1,15 +1,16 @@
 """Episodes and trajectories -> padded tensors: the `TrainBatch` the learner trains on.
 
 `Episodes` holds a step's rollout episodes (groups of samples) and their tasks. `collate` right-pads token-aligned trajectories into one batch (position t holds token t, its loss
-mask, its behaviour logprob log pi_old(x_t | x_<t) and the step reward earned by the turn ending
-at t); `collate_episodes` collates episodes of one or more samples each, with the GiGPO step
-returns and anchor-state groups when asked. `update.py` computes the advantages and runs the
+mask, its behaviour logprob log pi_old(x_t | x_<t) and the step reward earned by the turn whose
+last loss-mask-1 token is t); `collate_episodes` collates episodes of one or more samples each,
+with the GiGPO step returns and anchor-state groups when asked. `update.py` computes the advantages and runs the
 update on these batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -69,7 +70,7 @@ class TrainBatch:
     old_logprobs: torch.Tensor  # [N, T] pi_old: behaviour logprobs until the learner recomputes
     # them (algo.recompute_old_logprobs); 0 off the mask
     rewards: torch.Tensor  # [N] episode rewards
-    token_rewards: torch.Tensor  # [N, T] step rewards placed on the last token of their turn
+    token_rewards: torch.Tensor  # [N, T] step rewards on their turn's last mask-1 token
     group_ids: torch.Tensor  # [N] long
     episode_index: torch.Tensor | None = None  # [N] long: the episode of each row (step mode)
     step_returns: torch.Tensor | None = None  # [N] discounted return from each step (gigpo)
@@ -110,6 +111,26 @@ class TrainBatch:
         return TrainBatch(**fields)
 
 
+def reward_positions(
+    turn_spans: Sequence[tuple[int, int]], loss_mask: Sequence[int]
+) -> list[int | None]:
+    """The token each turn's step reward is placed on: the turn's last loss-mask-1 token.
+
+    A reward on a mask-0 token is multiplied away (`collate` masks the token rewards) and PPO's
+    GAE never sees it; a turn can end in inserted tokens (the thinking budget's stop phrase,
+    `Completion.inserted`), so its last token is not the place. A turn without any mask-1 token
+    (all inserted) gives its reward to the last mask-1 token before it (the action that led
+    there); None when the row has none (nothing of it trains).
+
+    turn_spans [K] of [start, end) token ranges, loss_mask [T] -> [K] token indices or None.
+    E.g. spans [(2, 5), (6, 8)], mask [0, 0, 1, 1, 0, 0, 0, 0] -> [3, 3]."""
+    out: list[int | None] = []
+    for _, end in turn_spans:
+        position = next((i for i in range(end - 1, -1, -1) if loss_mask[i]), None)
+        out.append(position)
+    return out
+
+
 def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
     n, width = len(trajectories), max(len(t.token_ids) for t in trajectories)
     ids = torch.full((n, width), pad_token_id, dtype=torch.long)
@@ -124,13 +145,16 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         attn[i, :length] = 1
         mask[i, :length] = torch.tensor(t.loss_mask, dtype=torch.float32)
         old[i, :length] = torch.tensor(t.logprobs, dtype=torch.float32)
-        # Step rewards land on the last token of the turn that earned them; anything not
-        # attributed to a turn (there should be none) goes to the last generated token.
-        for (_, end), r in zip(t.turn_spans, t.step_rewards, strict=False):
-            token_rewards[i, end - 1] += r
+        # Step rewards land on the last token of the turn that earned them that trains; the
+        # episode reward not attributed to this row's turns (the other samples' steps of a
+        # multi-sample episode) lands on the row's last one.
+        ends = reward_positions(t.turn_spans, t.loss_mask)
+        for end, r in zip(ends, t.step_rewards, strict=False):
+            if end is not None:
+                token_rewards[i, end] += r
         leftover = t.reward - sum(t.step_rewards[: len(t.turn_spans)])
-        if abs(leftover) > 0 and t.turn_spans:
-            token_rewards[i, t.turn_spans[-1][1] - 1] += leftover
+        if abs(leftover) > 0 and ends and ends[-1] is not None:
+            token_rewards[i, ends[-1]] += leftover
         groups.setdefault(t.group_id, len(groups))
     return TrainBatch(
         input_ids=ids,

@@ -40,12 +40,14 @@ from agentic_rl.rollout.loop import (
     Episode,
     _episode_metrics,
     _record_step,
+    end_episode,
     episode_outcome,
     oldest_version,
     start_episodes,
     step_envs,
+    turn_tokens,
 )
-from agentic_rl.types import Task, Trajectory
+from agentic_rl.types import Completion, Task, Trajectory
 
 CUT_MARKER = " [...] "
 
@@ -66,13 +68,27 @@ class _Segment:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] = (), version: int = -1) -> None:
-        """Append sampled tokens (with their logprobs and version) or inserted ones (without)."""
-        sampled = bool(logprobs)
+    def add(
+        self,
+        ids: Sequence[int],
+        mask: Sequence[int],
+        logprobs: Sequence[float],
+        versions: list[int],
+    ) -> None:
         self.token_ids.extend(ids)
-        self.loss_mask.extend([int(sampled)] * len(ids))
-        self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
-        self.versions.extend([version if sampled else -1] * len(ids))
+        self.loss_mask.extend(mask)
+        self.logprobs.extend(logprobs)
+        self.versions.extend(versions)
+
+    def add_observation(self, ids: Sequence[int]) -> None:
+        """Append inserted tokens: loss mask 0, no logprob, no policy version."""
+        self.add(ids, [0] * len(ids), [0.0] * len(ids), [-1] * len(ids))
+
+    def add_turn(self, completion: Completion) -> None:
+        """Append a model turn, its tokens marked by `turn_tokens`, and record its span."""
+        start = len(self.token_ids)
+        self.add(completion.token_ids, *turn_tokens(completion))
+        self.turn_spans.append((start, len(self.token_ids)))
 
 
 def _segment_from(spans: Sequence[Span]) -> _Segment:
@@ -156,9 +172,7 @@ def run_budgeted_episodes(
         actions = []
         for i, c in zip(live, completions, strict=True):
             seg, ids = current[i], list(c.token_ids)
-            start = len(seg.token_ids)
-            seg.add(ids, c.logprobs or [0.0] * len(ids), c.policy_version)
-            seg.turn_spans.append((start, len(seg.token_ids)))
+            seg.add_turn(c)
             history[i].append(Span("action", tuple(ids), (1,) * len(ids), (0.0,) * len(ids)))
             full[i] += len(ids)
             actions.append(fmt.parse(c.text or tokenizer.decode(ids), c.finish_reason))
@@ -171,14 +185,15 @@ def run_budgeted_episodes(
             if obs_ids and len(obs_ids) + 4 > cfg.max_total_tokens - full[i]:
                 ep.truncated = True  # the observation and a few tokens of a reply do not fit
             elif obs_ids:
-                seg.add(obs_ids)
+                seg.add_observation(obs_ids)
                 history[i].append(make_span("observation", obs_ids))
                 full[i] += len(obs_ids)
     out = []
     for i, ep in enumerate(episodes):
-        if not ep.done:
-            ep.truncated = True
+        truncation_score = end_episode(ep)
         segments = [s for s in done[i] + [current[i]] if s.turn_spans]
+        if segments and segments[-1].step_rewards:  # a copy of the last step reward
+            segments[-1].step_rewards[-1] += truncation_score
         out.append(_trajectories(ep, segments, history[i], full[i], cuts[i], tokenizer))
     return out
 

@@ -93,13 +93,29 @@ class Episode:
         self.versions.extend([version if generated else -1] * len(ids))
 
     def append_turn(self, completion: Completion) -> None:
-        """A model turn: sampled ids with loss mask 1, and the ranges the framework inserted
-        mid-turn (`Completion.inserted`, e.g. the thinking budget's stop phrase) with mask 0."""
-        c, pos = completion, 0
-        for start, end in [*c.inserted, (len(c.token_ids), len(c.token_ids))]:
-            self.append(c.token_ids[pos:start], True, c.logprobs[pos:start], c.policy_version)
-            self.append(c.token_ids[start:end], generated=False)
-            pos = end
+        """A model turn, its tokens marked by `turn_tokens`."""
+        mask, logprobs, versions = turn_tokens(completion)
+        self.token_ids.extend(completion.token_ids)
+        self.loss_mask.extend(mask)
+        self.logprobs.extend(logprobs)
+        self.versions.extend(versions)
+
+
+def turn_tokens(completion: Completion) -> tuple[list[int], list[float], list[int]]:
+    """(loss mask, behaviour logprobs, policy versions) of a model turn's `token_ids`, one entry
+    per token: the sampled ids get mask 1, their logprobs and the completion's policy version;
+    the ranges the framework inserted mid-turn (`Completion.inserted`, e.g. the thinking
+    budget's stop phrase) get mask 0, logprob 0 and version -1. Every rollout mode marks its
+    turns with it, so an inserted token is never trained as the policy's in any mode."""
+    c = completion
+    mask = [1] * len(c.token_ids)
+    logprobs = [float(lp) for lp in c.logprobs[: len(c.token_ids)]]
+    logprobs += [0.0] * (len(c.token_ids) - len(logprobs))
+    versions = [c.policy_version] * len(c.token_ids)
+    for start, end in c.inserted:
+        for i in range(start, min(end, len(c.token_ids))):
+            mask[i], logprobs[i], versions[i] = 0, 0.0, -1
+    return mask, logprobs, versions
 
 
 # act(live episodes, token budget per episode, turn index) -> one Completion per episode
@@ -340,20 +356,28 @@ def run_episodes(
         results = step_envs([ep.env for ep in live], actions)
         for ep, result in zip(live, results, strict=True):
             _apply_step(ep, result, fmt, tokenizer, cfg, last_turn=turn == cfg.max_turns - 1)
-    for ep in episodes:  # budget exhausted without a final step
-        if not ep.done:
-            ep.truncated = True
-        _score_truncation(ep)
+    for ep in episodes:
+        end_episode(ep)
     return [_to_trajectory(ep, tokenizer) for ep in episodes]
 
 
-def _score_truncation(ep: Episode) -> None:
-    """A budget cut the episode short: add the env's `truncation_reward()` (envs that define
-    one) to its last step. E.g. an unanswered math problem scores as a wrong answer, so that
-    running out of turns cannot beat answering wrongly under ReTool's +1 / -1."""
+def end_episode(ep: Episode) -> float:
+    """Close an episode the same way in every rollout mode (episode, step, memory, context
+    budget): one the rollout left unfinished (a turn or token budget ran out) is truncated, and
+    a truncated one gets its env's `truncation_reward()` (envs that define one) added to its
+    last step reward. E.g. an unanswered math problem scores as a wrong answer, so that running
+    out of turns cannot beat answering wrongly under ReTool's +1 / -1.
+
+    Returns the score added (0.0 if none), so that a mode whose samples copied the last step's
+    reward adds it to that sample's last step reward too. Call it once per episode."""
+    if not ep.done:
+        ep.truncated = True
     score = getattr(ep.env, "truncation_reward", None)
-    if ep.truncated and not ep.terminated and score is not None and ep.step_rewards:
-        ep.step_rewards[-1] += float(score())
+    if not ep.truncated or ep.terminated or score is None or not ep.step_rewards:
+        return 0.0
+    added = float(score())
+    ep.step_rewards[-1] += added
+    return added
 
 
 def _episode_metrics(ep: Episode, generated: int, response: int) -> dict[str, float]:

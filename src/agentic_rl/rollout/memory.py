@@ -49,8 +49,10 @@ from agentic_rl.rollout.loop import (
     Episode,
     _episode_metrics,
     _record_step,
+    end_episode,
     episode_outcome,
     start_episodes,
+    turn_tokens,
 )
 from agentic_rl.types import Completion, Message, Task, Trajectory
 
@@ -151,15 +153,15 @@ class _Driver:
         prompt, reply = list(self.ep.token_ids), list(completion.token_ids)
         self.processed += len(prompt) + len(reply)
         text = completion.text or self.tokenizer.decode(reply)
-        version = completion.policy_version
+        mask, logprobs, versions = turn_tokens(completion)
         self.samples.append(
             Trajectory(
                 token_ids=prompt + reply,
-                loss_mask=[0] * len(prompt) + [1] * len(reply),
-                logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+                loss_mask=[0] * len(prompt) + mask,
+                logprobs=[0.0] * len(prompt) + logprobs,
                 prompt_length=len(prompt),
-                policy_version=version,
-                token_versions=[-1] * len(prompt) + [version] * len(reply),
+                policy_version=completion.policy_version,
+                token_versions=[-1] * len(prompt) + versions,
                 turn_spans=[(len(prompt), len(prompt) + len(reply))],
                 step_rewards=[reward],
                 completion_text=text,
@@ -171,8 +173,9 @@ class _Driver:
         """Every conversation of the episode gets its outcome (reward, group, end) and the
         episode's metrics."""
         ep = self.ep
-        if not ep.done:
-            ep.truncated = True
+        truncation_score = end_episode(ep)
+        if self.samples:  # the last conversation holds a copy of the last step reward
+            self.samples[-1].step_rewards[-1] += truncation_score
         generated = sum(len(s.token_ids) - s.prompt_length for s in self.samples)
         metrics = _episode_metrics(ep, generated, generated)
         metrics.update(

@@ -9,7 +9,15 @@ from typing import Any
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.base import Env
 from agentic_rl.formats.chat import ChatFormat
-from agentic_rl.rollout.loop import Actor, _episode_metrics, _record_step, start_episodes, step_envs
+from agentic_rl.rollout.loop import (
+    Actor,
+    _episode_metrics,
+    _record_step,
+    end_episode,
+    start_episodes,
+    step_envs,
+    turn_tokens,
+)
 from agentic_rl.types import Task, Trajectory
 
 
@@ -68,15 +76,15 @@ def run_stepwise(
             ep, context, action_ids = episodes[i], episodes[i].token_ids, list(completion.token_ids)
             n_anchors = len(ep.anchors)
             obs_ids = _record_step(ep, result, fmt, tokenizer, turn == cfg.max_turns - 1)
-            version = completion.policy_version
+            mask, logprobs, versions = turn_tokens(completion)
             samples[i].append(
                 Trajectory(
                     token_ids=context + action_ids,
-                    loss_mask=[0] * len(context) + [1] * len(action_ids),
-                    logprobs=[0.0] * len(context) + list(completion.logprobs),
+                    loss_mask=[0] * len(context) + mask,
+                    logprobs=[0.0] * len(context) + logprobs,
                     prompt_length=len(context),
-                    policy_version=version,
-                    token_versions=[-1] * len(context) + [version] * len(action_ids),
+                    policy_version=completion.policy_version,
+                    token_versions=[-1] * len(context) + versions,
                     turn_spans=[(len(context), len(context) + len(action_ids))],
                     step_rewards=[ep.step_rewards[-1]],
                     group_id=ep.group_id,
@@ -88,8 +96,9 @@ def run_stepwise(
             history[i].append((action_ids, obs_ids or []))
             current[i] = ep.anchors[-1] if len(ep.anchors) > n_anchors else None
     for ep, steps, past in zip(episodes, samples, history, strict=True):
-        if not ep.done:
-            ep.truncated = True
+        truncation_score = end_episode(ep)
+        if steps:  # the last step's sample holds a copy of the last step reward
+            steps[-1].step_rewards[-1] += truncation_score
         metrics = _episode_metrics(
             ep,
             generated=sum(len(a) for a, _ in past),
