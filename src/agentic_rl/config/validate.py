@@ -27,6 +27,7 @@ from agentic_rl.config.checks import (
     check_trainer,
 )
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import max_generated_tokens
 from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_env import validate_env
 from agentic_rl.config.validate_scale import validate_distributed
@@ -374,11 +375,7 @@ def _validate_filters(cfg: Config) -> None:
             )
     else:
         _unused(cfg, ["filters.max_gen_batches"], "filters.dynamic_sampling is false")
-    if f.overlong_buffer > rollout.max_total_tokens:
-        raise ConfigError(
-            f"filters.overlong_buffer={f.overlong_buffer} exceeds "
-            f"rollout.max_total_tokens={rollout.max_total_tokens}"
-        )
+    _validate_overlong(cfg)
     if not 0 < f.variance_filter_keep <= 1:
         raise ConfigError(
             f"filters.variance_filter_keep must be in (0, 1], got {f.variance_filter_keep}"
@@ -411,6 +408,31 @@ def _validate_filters(cfg: Config) -> None:
                 )
         if f.ttrl_vote_samples:
             raise ConfigError("filters.ttrl_vote_samples votes on final answers: rollout.mode=step")
+
+
+def _validate_overlong(cfg: Config) -> None:
+    """DAPO's soft overlong penalty counts an episode's generated tokens up to the most it can
+    generate (`max_generated_tokens`): a buffer longer than that penalises tokens that cannot
+    exist, and in memory mode the episode's memory conversations have the env's own budgets,
+    so the rollout config does not bound the length the penalty counts."""
+    f, rollout = cfg.filters, cfg.rollout
+    if not f.overlong_buffer:
+        return
+    if rollout.mode == "memory":
+        raise ConfigError(
+            "filters.overlong_buffer counts an episode's generated tokens against the most the "
+            "rollout can generate, which rollout.mode=memory does not bound (each memory "
+            "conversation has the env's own budget): set filters.overlong_buffer=0"
+        )
+    most = max_generated_tokens(rollout)
+    if f.overlong_buffer > most:
+        raise ConfigError(
+            f"filters.overlong_buffer={f.overlong_buffer} exceeds the {most} tokens an episode "
+            f"can generate (the smaller of rollout.max_total_tokens={rollout.max_total_tokens} "
+            f"and rollout.max_turns={rollout.max_turns} x rollout.max_tokens_per_turn="
+            f"{rollout.max_tokens_per_turn}): the penalty would start before the first token; "
+            f"use a buffer of at most {most}"
+        )
 
 
 def _validate_self_play(cfg: Config) -> None:

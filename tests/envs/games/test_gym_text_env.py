@@ -4,6 +4,8 @@ pytest.importorskip("gymnasium")
 
 from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.games.gym_text import (  # noqa: E402
+    ACTION_NAMES,
+    COLOUR_MEANINGS,
     FrozenLakeEnv,
     GymTextEnv,
     GymTextError,
@@ -44,7 +46,16 @@ def test_registered_and_pass_check_env():
 def test_ansi_rendering_becomes_plain_text():
     assert ansi_to_text("\n\x1b[41mS\x1b[0mFFF\nFHFH\n\n") == "[S]FFF\nFHFH"
     assert ansi_to_text("  (Down)\nS\x1b[41mF\x1b[0mFF\n") == "  (Down)\nS[F]FF"
-    assert ansi_to_text("|\x1b[43m \x1b[0m| \x1b[34;1mR\x1b[0m|") == "|[ ]| R|"
+    # any other colour keeps its meaning (or its name): Taxi's taxi and passenger
+    assert ansi_to_text("|\x1b[43m \x1b[0m| \x1b[34;1mR\x1b[0m|") == "|[ :on yellow]| [R:blue]|"
+    taxi = COLOUR_MEANINGS["Taxi"]
+    assert (
+        ansi_to_text("|\x1b[43m \x1b[0m| \x1b[34;1mR\x1b[0m|", taxi) == "|[ :taxi]| [R:passenger]|"
+    )
+    nested = "|\x1b[35m\x1b[34;1m\x1b[43mR\x1b[0m\x1b[0m\x1b[0m: |\x1b[42mG\x1b[0m|"
+    assert (
+        ansi_to_text(nested, taxi) == "|[R:destination+passenger+taxi]: |[G:taxi with passenger]|"
+    )
 
 
 def test_generic_adapter_passes_reward_and_termination_through():
@@ -179,3 +190,58 @@ def test_success_rate_one_is_deterministic():
     for seed in range(5):
         env.reset(lake_task(), seed=seed)
         assert env.step(act("Down")).observation.content.split("\n")[1] == "PO_O"
+
+
+def _gym_id(base):
+    """The registered id (newest version) of a Gymnasium env named without its version."""
+    import gymnasium
+
+    ids = [k for k in gymnasium.registry if k.split("/")[-1].split("-v")[0] == base]
+    return sorted(k for k in ids if "/" not in k)[-1]
+
+
+@pytest.mark.parametrize("base", sorted(ACTION_NAMES))
+def test_distinct_states_never_share_a_text(base):
+    """Every state of every env the adapter names reads differently: the text keeps what the
+    picture means (Taxi's passenger and destination colours, its empty or full taxi)."""
+    env = GymTextEnv(_gym_id(base))
+    env.gym.reset(seed=0)
+    world = env.gym.unwrapped
+    texts: dict[str, int] = {}
+    for state in range(int(world.observation_space.n)):
+        world.s, world.lastaction = state, None
+        text = ansi_to_text(env.gym.render(), env.colour_meanings)
+        assert text not in texts, f"{base}: states {texts.get(text)} and {state} read:\n{text}"
+        texts[text] = state
+
+
+def test_taxi_shows_the_passenger_and_the_destination():
+    env = GymTextEnv(_gym_id("Taxi"))
+    [task] = make_gym_text_tasks("eval", 1, env_id=_gym_id("Taxi"))
+    state = env.reset(task, seed=0).messages[-1]["content"]
+    assert "[ :taxi]" in state or ":taxi]" in state
+    assert state.count(":passenger]") == 1 and state.count(":destination]") == 1
+    assert state == task.prompt
+    assert "[text:what its colour means]" in env.system_prompt()
+
+
+def test_cliffwalking_goal_counts_as_success():
+    """CliffWalking pays -1 for the goal step like any other: by the documented rule
+    (success_when="auto" -> "terminated" for it) reaching the goal is a success."""
+    env = GymTextEnv(_gym_id("CliffWalking"))
+    assert env.success_when == "terminated"
+    [task] = make_gym_text_tasks("train", 1, env_id=_gym_id("CliffWalking"))
+    env.reset(task, seed=0)
+    results = [
+        env.step(act(moves))
+        for moves in (
+            "Up || Right || Right || Right || Right",
+            "Right || Right || Right || Right || Right",
+            "Right || Right || Down",
+        )
+    ]
+    assert [r.terminated for r in results] == [False, False, True]
+    assert results[-1].reward == -3.0 and results[-1].info["success"] == 1.0
+    assert GymTextEnv(_gym_id("FrozenLake")).success_when == "reward"
+    with pytest.raises(ValueError, match="success_when must be one of auto, reward, terminated"):
+        GymTextEnv(_gym_id("FrozenLake"), success_when="goal")

@@ -5,10 +5,22 @@ action space and a text rendering (`render_mode="ansi"`: FrozenLake, CliffWalkin
 The agent writes `<action>Right || Down</action>`: actions by name (case-insensitive) or by
 Gymnasium's index ("0" is the first action), several per turn (envs/discrete.py). Reward,
 termination and the env's own time limit (truncation) are passed through unchanged; a turn's
-reward is the sum of its actions' rewards. The observation is the ANSI rendering as plain text:
-colour codes are removed and a highlighted cell (the agent, in toy-text envs) is shown in
-brackets, e.g. `[S]FFF`. An env without a text rendering, or without a discrete action space,
-is refused at construction with `GymTextError` naming it and what it offers.
+reward is the sum of its actions' rewards. The observation is the ANSI rendering as plain text
+that keeps what its colours mean (`ansi_to_text`): a cell highlighted in red or reversed (the
+agent, in toy-text envs) is shown in brackets, e.g. `[S]FFF`; any other coloured text is shown
+with what its colour means, e.g. Taxi's `[B:passenger]`, `[Y:destination]`, `[ :taxi]` and
+`[R:taxi with passenger]` (`COLOUR_MEANINGS` for the envs named here, `env_kwargs`-free), else
+with the colour's name (`[G:green]`), so two states that look different never read the same.
+An env without a text rendering, or without a discrete action space, is refused at
+construction with `GymTextError` naming it and what it offers.
+
+Success (`success_when`, the `success` metric and what warm starts and `check_env` count): an
+episode succeeds when it terminates and the env's `info["is_success"]` says so where the env
+reports it; otherwise, with "reward", when the last step's reward is positive (FrozenLake's 1 at
+the goal, Taxi's +20 for a delivery); with "terminated", whenever it terminates (envs whose only
+ending is the goal); "auto" (default) is "terminated" for CliffWalking, whose goal step pays -1
+like every step (its cliff sends the agent back to the start without ending the episode), and
+"reward" for every other env.
 
 Each task is one `env_seed`, which fixes the initial state (Gymnasium's `reset(seed=...)`);
 the episode's reset seed, which the rollout shares within a group (RAGEN's env groups), then
@@ -56,8 +68,23 @@ ACTION_NAMES: dict[str, tuple[str, ...]] = {
     "CliffWalkingSlippery": ("Up", "Right", "Down", "Left"),
     "Taxi": ("South", "North", "East", "West", "Pickup", "Dropoff"),
 }
-_HIGHLIGHT = re.compile(r"\x1b\[(?:4\d|10\d|7)(?:;\d+)*m(.*?)\x1b\[0m", re.DOTALL)
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# What the colours of a rendering mean, by env name without version (SGR code -> meaning).
+COLOUR_MEANINGS: dict[str, dict[str, str]] = {
+    "Taxi": {"34": "passenger", "35": "destination", "43": "taxi", "42": "taxi with passenger"},
+}
+# Envs whose episode terminates only at the goal, whatever its reward (success_when="auto").
+SUCCESS_ON_TERMINATION = ("CliffWalking", "CliffWalkingSlippery")
+SUCCESS_RULES = ("auto", "reward", "terminated")
+_COLOURS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+COLOUR_NAMES: dict[str, str] = {
+    **{str(30 + i): name for i, name in enumerate(_COLOURS)},
+    **{str(90 + i): f"bright {name}" for i, name in enumerate(_COLOURS)},
+    **{str(40 + i): f"on {name}" for i, name in enumerate(_COLOURS)},
+    **{str(100 + i): f"on bright {name}" for i, name in enumerate(_COLOURS)},
+}
+"""SGR colour codes by name (foreground, bright, background)."""
+HIGHLIGHT_CODES = frozenset({"41", "7"})  # the agent in toy-text envs: shown as bare [brackets]
+_ESCAPE = re.compile(r"\x1b\[([0-9;]*)([A-Za-z])")
 _LAST_ACTION = re.compile(r"^\s*\(\w[\w ]*\)\s*$")  # toy-text envs print "  (Down)" first
 TASK_SEED_STRIDE = 1_000_003  # train seeds are even, eval seeds odd, per generator seed
 
@@ -105,13 +132,41 @@ def make_gym_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
     return env
 
 
-def ansi_to_text(rendered: Any) -> str:
-    """A Gymnasium ANSI rendering as plain text: highlighted spans in brackets, other escape
-    codes removed, trailing blank lines dropped."""
+def _styled(text: str, codes: list[str], meanings: dict[str, str]) -> str:
+    """One run of text under the colour `codes` (SGR parameters, in order): bare brackets for
+    the plain highlight, else `[text:what the colours mean]` (their names where unknown)."""
+    colours = [c for c in codes if c in meanings or c in COLOUR_NAMES or c in HIGHLIGHT_CODES]
+    if not colours or not text:
+        return text
+    if all(c in HIGHLIGHT_CODES and c not in meanings for c in colours):
+        return f"[{text}]"
+    names = [meanings.get(c) or COLOUR_NAMES.get(c) for c in colours]
+    return f"[{text}:{'+'.join(dict.fromkeys(n for n in names if n))}]"
+
+
+def ansi_to_text(rendered: Any, meanings: dict[str, str] | None = None) -> str:
+    """A Gymnasium ANSI rendering as plain text that keeps what its colours say (see the
+    module docstring): text under colour codes becomes `[text]` (the red / reversed highlight)
+    or `[text:meaning]` (`meanings`: SGR code -> word, else the colour's name); a reset
+    (`ESC[0m`) ends every colour; other escape codes are removed; blank edge lines dropped."""
     if hasattr(rendered, "getvalue"):  # some envs return a StringIO
         rendered = rendered.getvalue()
-    text = _HIGHLIGHT.sub(lambda m: f"[{_ANSI.sub('', m.group(1))}]", str(rendered))
-    text = _ANSI.sub("", text)
+    rendered, meanings = str(rendered), meanings or {}
+    parts: list[str] = []
+    active: list[str] = []  # the colour codes in force, in the order they were set
+    position = 0
+    for match in _ESCAPE.finditer(rendered):
+        parts.append(_styled(rendered[position : match.start()], active, meanings))
+        position = match.end()
+        if match.group(2) != "m":
+            continue  # cursor moves and the like: removed
+        params = [p for p in match.group(1).split(";") if p]
+        if not params or "0" in params:
+            active = []
+        else:
+            active = active + [p for p in params if p not in active]
+    parts.append(_styled(rendered[position:], active, meanings))
+    text = "".join(parts)
     lines = [line.rstrip() for line in text.split("\n")]
     while lines and not lines[0]:
         lines.pop(0)
@@ -137,19 +192,25 @@ class GymTextEnv(DiscreteActionEnv):
         env_kwargs: dict[str, Any] | None = None,
         action_names: Sequence[str] | None = None,
         instructions: str = "",
-        success_when: str = "reward",
+        success_when: str = "auto",
         max_actions_per_turn: int = 5,
         max_steps: int = 100,
         format_penalty: float = 0.1,
         tool_timeout_s: float = 10.0,
     ) -> None:
         del tool_timeout_s  # actions are not tool calls; accepted for a uniform constructor
-        if success_when not in ("reward", "terminated"):
-            raise ValueError(f"success_when must be 'reward' or 'terminated', got {success_when}")
+        if success_when not in SUCCESS_RULES:
+            raise ValueError(
+                f"success_when must be one of {', '.join(SUCCESS_RULES)}, got {success_when!r}"
+            )
+        if success_when == "auto":  # the documented rule per env (module docstring)
+            terminal = _base_name(env_id) in SUCCESS_ON_TERMINATION
+            success_when = "terminated" if terminal else "reward"
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.instructions = instructions
         self.success_when = success_when
+        self.colour_meanings = COLOUR_MEANINGS.get(_base_name(env_id), {})
         self.gym = self._make(self.env_kwargs)  # fail at construction, not mid-rollout
         n = int(self.gym.action_space.n)
         names = list(action_names) if action_names else None
@@ -175,7 +236,8 @@ class GymTextEnv(DiscreteActionEnv):
             self.instructions,
             f"Actions (by name or number): {listed}. Each turn, write up to "
             f"{self.max_actions_per_turn} actions separated by ||, like "
-            f"<action>{example}</action>. A highlighted cell is shown in [brackets].",
+            f"<action>{example}</action>. A highlighted cell is shown in [brackets], a "
+            "coloured one as [text:what its colour means].",
         ]
         return "\n".join(part for part in parts if part)
 
@@ -201,7 +263,7 @@ class GymTextEnv(DiscreteActionEnv):
         return self.success_when == "terminated" or self.last_reward > 0
 
     def _render(self) -> str:
-        return ansi_to_text(self.gym.render())
+        return ansi_to_text(self.gym.render(), self.colour_meanings)
 
     def state_text(self) -> str:
         return self._text
@@ -236,7 +298,7 @@ def make_gym_text_tasks(
             tasks.append(
                 Task(
                     task_id=f"{_base_name(env_id).lower()}-{split}-{seed}-{i}",
-                    prompt=ansi_to_text(env.render()),
+                    prompt=ansi_to_text(env.render(), COLOUR_MEANINGS.get(_base_name(env_id))),
                     answers=[""],
                     fields={"env_seed": env_seed},
                 )
