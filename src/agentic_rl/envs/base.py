@@ -360,7 +360,8 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     Checks: tool definitions; reset messages (roles, last is user, deterministic per seed);
     an invalid action gives an error observation without terminating; every tool returns a
     string observation; the gold answer scores at least as well as a wrong one; the scripted
-    expert succeeds (info["success"] or reward 1.0) within `max_expert_turns` turns. An env without a scripted expert
+    expert succeeds (info["success"] or reward 1.0) within `max_expert_turns` turns (or the
+    env's class attribute `expert_turn_limit`, if larger). An env without a scripted expert
     (no `expert_turn`, see `has_expert`) skips that last check: it can still be trained, only
     not warm-started. Tasks without gold answers (a task solved by acting, never answered in
     text, e.g. image planning) skip the answer check. An expert episode the env truncates (its
@@ -372,6 +373,8 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     _check_tools(env)
     expert = has_expert(env)
     skipped = [] if expert else ["expert succeeds (the env has no expert_turn)"]
+    # An env whose expert needs more turns says so (BFCL multi-turn: two per user turn).
+    max_expert_turns = max(max_expert_turns, int(getattr(env, "expert_turn_limit", 0)))
     for task in tasks:
         _guarded("reset", task, _check_reset, env, task, seed)
         _guarded("steps", task, _check_steps, env, task, seed)

@@ -35,6 +35,9 @@ from typing import Any, NamedTuple
 
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.base import Env
+from agentic_rl.envs.benchmarks.bfcl import BFCLEnv
+from agentic_rl.envs.benchmarks.bfcl_data import make_bfcl_multi_turn_tasks, make_bfcl_tasks
+from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv
 from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
 from agentic_rl.envs.code.repair import CodeRepairEnv, make_code_repair_tasks
 from agentic_rl.envs.code.self_play import CodeSelfPlayEnv, make_self_play_tasks
@@ -110,6 +113,8 @@ ENVS: dict[str, type] = {
     "memagent": MemAgentEnv,
     "memory_r1": MemoryR1Env,
     "rmm": RMMEnv,
+    "bfcl": BFCLEnv,
+    "bfcl_multi_turn": BFCLMultiTurnEnv,
 }
 TASKS: dict[str, Callable[..., list[Task]]] = {
     "calculator": make_calculator_tasks,
@@ -143,6 +148,8 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "memagent": make_long_qa_tasks,
     "memory_r1": make_dialogue_tasks,
     "rmm": make_rmm_tasks,
+    "bfcl": make_bfcl_tasks,
+    "bfcl_multi_turn": make_bfcl_multi_turn_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentic_rl.formats.calls import CallListFormat
 from agentic_rl.formats.chat import ChatFormat, HermesFormat, TagFormat
 from agentic_rl.formats.tir import MultiToolHermesFormat, ReToolFormat, SweRLFormat
 from agentic_rl.model.vision import image_placeholder
@@ -21,6 +22,7 @@ CHAT_FORMATS: dict[str, Callable[[Sequence[Any], Any], ChatFormat]] = {
     "retool_text": lambda tools, tokenizer: ReToolFormat((), tool_name=None),
     "hermes_multi": lambda tools, tokenizer: MultiToolHermesFormat(tools, tokenizer),
     "swe_rl": lambda tools, tokenizer: SweRLFormat(),
+    "python_calls": lambda tools, tokenizer: CallListFormat(tools, tokenizer),
 }
 
 

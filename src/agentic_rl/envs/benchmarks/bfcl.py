@@ -1,0 +1,120 @@
+"""BFCL single-turn function calling (env `bfcl`), scored by BFCL's own AST checker.
+
+One entry of the Berkeley Function Calling Leaderboard per episode: BFCL's own system prompt
+(its prompting format: the function docs as JSON, "return the calls as
+`[func_name1(params_name1=params_value1, ...), func_name2(params)]`"), the entry's user turn, and
+one model reply, which BFCL's decoder and checker score exactly as its eval runner does for a
+prompting model (`bfcl_data.single_turn_verdict`): 1 when it passes, 0 when it does not. The
+reported categories are BFCL's non-live ones; training uses the live ones (see bfcl_data.py for
+the split and why it cannot overlap). Per-category accuracy is the episode metric
+`env/accuracy@<category>` (averaged over that category's episodes: train/summary.py).
+
+Read the reply in the `python_calls` chat format (formats/calls.py: the turn's text is the
+action). Under another format an `<answer>` is scored on what is inside it and a turn without
+tags on its text; a tool call in another format's syntax is a format error (an error
+observation and `-format_penalty`), as is any malformed turn.
+
+The scripted expert answers with the possible answer's first accepted value of each parameter
+(an empty call list, `[]`, for irrelevance). It passes BFCL's checker on all but 7 of the 2,900
+entries used (4 live, 3 non-live, whose possible answers accept no reply it can write, e.g. a
+required parameter with no accepted value); those 7 are never demonstrated.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from agentic_rl.envs.benchmarks.bfcl_data import (
+    bfcl,
+    category_of,
+    entry,
+    single_turn_expert,
+    single_turn_verdict,
+)
+from agentic_rl.tools.base import Tool
+from agentic_rl.types import Action, Message, Observation, StepResult, Task
+
+FORMAT_HINT = (
+    "Reply with the function calls only, as a Python list: [func_name(param=value, ...)] "
+    "(an empty list [] when no function fits)."
+)
+# End-of-turn markers a chat template leaves in a raw turn (<|im_end|>, <|eot_id|>, </s>...).
+_SPECIAL = re.compile(r"<\|[^<>|]*\|>|</s>|<eos>|<end_of_turn>")
+
+
+def accuracy_key(category: str) -> str:
+    """The episode metric holding BFCL's per-category accuracy (1 pass, 0 fail)."""
+    return f"env/accuracy@{category}"
+
+
+def reply_text(action: Action) -> str | None:
+    """The text BFCL would decode from a turn: an answer's text, or a tagless turn's raw text
+    without end-of-turn markers; None for a tool call or a malformed turn."""
+    if action.kind == "answer":
+        return action.text
+    if action.kind == "none":
+        return _SPECIAL.sub("", action.raw).strip()
+    return None
+
+
+def opening_messages(test_entry: dict[str, Any], turn: list[Message]) -> list[Message]:
+    """BFCL's system prompt for a prompting model (its `system_prompt_pre_processing_chat_model`,
+    which merges a system message the entry brings) followed by the entry's first turn."""
+    messages = bfcl().handler.system_prompt_pre_processing_chat_model(
+        copy.deepcopy(turn), test_entry["function"], test_entry["id"]
+    )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+class BFCLEnv:
+    """BFCL single-turn function calling (simple, multiple, parallel, parallel_multiple,
+    irrelevance), rewarded by BFCL's own AST checker."""
+
+    def __init__(self, format_penalty: float = 0.1) -> None:
+        self.tools: list[Tool] = []
+        self.format_penalty = format_penalty
+        self.task: Task | None = None
+        self.done = False
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        """BFCL's system prompt and the entry's question."""
+        test_entry = entry(task.task_id)
+        self.task, self.done = task, False
+        return Observation(messages=opening_messages(test_entry, test_entry["question"][0]))
+
+    def step(self, action: Action) -> StepResult:
+        """Score the reply with BFCL's checker (ends the episode); a malformed turn is an error
+        observation and a format penalty."""
+        if self.task is None or self.done:
+            raise RuntimeError("step() needs a reset() first (and not after the episode ended)")
+        reply = reply_text(action)
+        if reply is None:
+            problem = action.error or f"a {action.kind} action"
+            return StepResult(
+                observation=Observation(
+                    content=f"Invalid reply ({problem}). {FORMAT_HINT}", name="error"
+                ),
+                reward=-self.format_penalty,
+                info={"invalid_action": 1},
+            )
+        passed, error = single_turn_verdict(entry(self.task.task_id), reply)
+        self.done = True
+        category = category_of(self.task.task_id)
+        return StepResult(
+            observation=None,
+            reward=float(passed),
+            terminated=True,
+            info={
+                "success": float(passed),
+                accuracy_key(category): float(passed),
+                "bfcl_error": error,
+            },
+        )
+
+    def expert_turn(self) -> str:
+        """The possible answer as a call list (`[]` for irrelevance), inside <answer> tags."""
+        if self.task is None:
+            raise RuntimeError("expert_turn() needs a reset() first")
+        return f"<answer>{single_turn_expert(entry(self.task.task_id))}</answer>"
