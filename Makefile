@@ -59,7 +59,7 @@ lint: $(STAMP)
 # `make docs DOCS_GEN=--check` (CI) fails instead of rewriting a page that is out of date.
 docs: $(STAMP)
 	$(BIN)/python bench/docs_tables.py $(DOCS_GEN)
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples
