@@ -13,6 +13,21 @@ from agentic_rl.rollout.loop import ENV_METRIC_PREFIX
 from agentic_rl.types import Trajectory
 
 
+SUBSET_MARK = "@"
+"""An env metric named `env/<metric>@<subset>` (BFCL's `env/accuracy@simple_python`) is measured
+on a subset of the tasks: it is averaged over the episodes that report it, not over all."""
+
+
+def _env_metric(trajectories: list[Trajectory], key: str) -> float:
+    """The mean of an env metric: over all episodes (one that never reported it counts 0), or,
+    for a subset metric, over the episodes that reported it."""
+    if SUBSET_MARK in key:
+        values = [t.metrics[key] for t in trajectories if key in t.metrics]
+    else:
+        values = [t.metrics.get(key, 0.0) for t in trajectories]
+    return sum(values) / max(len(values), 1)
+
+
 def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episode metrics; pass one trajectory per episode (the first step in step mode)."""
     n = max(len(trajectories), 1)
@@ -21,8 +36,8 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
         {k for t in trajectories for k in t.metrics if k.startswith(ENV_METRIC_PREFIX)}
     )
     return {
-        # the env's own metrics (rollout/loop.py); an episode that never reported one counts 0
-        **{k: sum(t.metrics.get(k, 0.0) for t in trajectories) / n for k in env_keys},
+        # the env's own metrics (rollout/loop.py), see `_env_metric`
+        **{k: _env_metric(trajectories, k) for k in env_keys},
         "success": mean("success"),
         "reward": sum(t.reward for t in trajectories) / n,
         "tool_calls_per_episode": mean("tool_calls"),
