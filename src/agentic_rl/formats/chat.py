@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentic_rl.model.tokens import TokenizerCheckError
-from agentic_rl.model.vision import ImagePlaceholder
+from agentic_rl.model.vision import ImagePlaceholder, refuse_placeholder_text
 from agentic_rl.model.vision import image_placeholder as model_image_placeholder
 from agentic_rl.types import Action, ImageRef, Message, Observation
 
@@ -59,11 +59,22 @@ def image_placeholders(placeholder: ImagePlaceholder | None, images: Sequence[Im
     return "".join("\n" + placeholder(ref) for ref in images)
 
 
+def _check_text(placeholder: ImagePlaceholder | None, observation: Observation) -> None:
+    """A vision-language model's observation text may not hold a placeholder token as text
+    (model/vision.py `refuse_placeholder_text`)."""
+    if placeholder is not None:
+        source = f"tool '{observation.name}'" if observation.name else "the env"
+        refuse_placeholder_text(observation.content, f"an observation's text (from {source})")
+
+
 def with_images(
     messages: list[Message], images: Sequence[ImageRef], placeholder: ImagePlaceholder | None
 ) -> list[Message]:
     """The opening messages with `images`' placeholders after the last message's text (the
     user turn a reset ends with)."""
+    if placeholder is not None:  # a vision-language model: its placeholders are not text
+        for message in messages:
+            refuse_placeholder_text(message["content"], f"the env's {message['role']} message")
     if not images:
         return messages
     out = [dict(m) for m in messages]
@@ -123,6 +134,7 @@ class TagFormat:
 
     def render_observation(self, observation: Observation) -> str:
         tag = self.result_tags.get(observation.name, "error")
+        _check_text(self.image_placeholder, observation)
         images = image_placeholders(self.image_placeholder, observation.images)
         return f"\n\n<{tag}>{observation.content}{images}</{tag}>\n\n"
 
@@ -197,6 +209,7 @@ class HermesFormat:
         return Action(kind="invalid", error="no action in this turn", raw=text)
 
     def render_observation(self, observation: Observation) -> str:
+        _check_text(self.image_placeholder, observation)
         images = image_placeholders(self.image_placeholder, observation.images)
         return template_suffix(self.tokenizer, [tool_message(observation.content + images)])
 

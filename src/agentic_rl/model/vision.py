@@ -62,7 +62,31 @@ FAMILIES = IDEFICS3_FAMILIES + QWEN2_VL_FAMILIES
 
 
 class ImageError(UserInputError, ValueError):
-    """An image reference cannot be read back: the file is missing or its bytes changed."""
+    """A picture that cannot be used, the file named: missing, changed since it was shown,
+    not a readable image (truncated, corrupt, another kind of file), a size the model family
+    cannot take; or an observation whose text holds a literal placeholder token."""
+
+
+QWEN_MAX_ASPECT_RATIO = 200
+"""The longest side over the shortest that Qwen2-VL's image processor takes (`smart_resize`);
+Idefics3 / SmolVLM resize every picture to one square, which takes any aspect ratio."""
+PLACEHOLDER_TOKENS = VISION_TOKENS + QWEN_VISION_TOKENS
+"""Texts a vision-language tokenizer reads as picture placeholders, never as plain text."""
+
+
+def refuse_placeholder_text(text: str, where: str) -> None:
+    """ImageError if `text` (what an env or a tool wrote, shown to a vision-language policy)
+    holds a literal placeholder token such as `<image>`: the tokenizer would read it as a
+    picture's slot with no picture behind it, and the model would fail with a mismatch of
+    image features and image tokens far from the cause. `where` names the text's source."""
+    found = [token for token in PLACEHOLDER_TOKENS if token in text]
+    if found:
+        raise ImageError(
+            f"{where} holds the literal text {found[0]!r}, which a vision-language model's "
+            "tokenizer reads as a picture placeholder (no picture is behind it): remove or "
+            "reword it in the env's text (e.g. 'image'), and pass pictures as "
+            "Observation.images"
+        )
 
 
 @dataclass(frozen=True)
@@ -251,6 +275,44 @@ def spec_of_model(model: nn.Module) -> VisionSpec | None:
     return cached
 
 
+CONFIG_TOKEN_IDS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+)
+"""Config attributes naming placeholder ids (Qwen2-VL has all four, Idefics3 the first)."""
+
+
+def never_sampled_ids(model: nn.Module, tokenizer: Any = None) -> tuple[int, ...]:
+    """The token ids a vision-language policy never samples: its spec's placeholder tokens
+    (`special_tokens`; a sampled `<image>` would claim image features that do not exist); ()
+    for a text-only model.
+
+    The generator masks them in the logits it samples from and the learner in its softmax
+    (vocab_logprobs.py `mask_logits`, `OutputHead.masked`), so both score the same
+    distribution. With `tokenizer` they are read from its vocabulary and recorded on the model
+    (as its spec is), because the learner's logprob code sees the model alone: `load_policy`
+    and every generator record them. Without one: the recorded ids, else the ids the model's
+    config names (CONFIG_TOKEN_IDS), for a model no tokenizer has been paired with."""
+    if hasattr(model, "get_base_model"):  # PEFT
+        model = model.get_base_model()
+    spec = spec_of_model(model)
+    if spec is None:
+        return ()
+    if tokenizer is not None:
+        vocab = tokenizer.get_vocab()
+        ids = tuple(sorted({int(vocab[t]) for t in spec.special_tokens if t in vocab}))
+        model._agentic_rl_never_sampled = ids  # type: ignore[attr-defined]
+        return ids
+    recorded = getattr(model, "_agentic_rl_never_sampled", None)
+    if recorded is not None:
+        return tuple(recorded)
+    config = model.config
+    found = (getattr(config, name, None) for name in CONFIG_TOKEN_IDS)
+    return tuple(sorted({int(i) for i in found if isinstance(i, int) and i >= 0}))
+
+
 def image_placeholder(tokenizer: Any) -> ImagePlaceholder | None:
     """A picture's placeholder text for the model `tokenizer` was loaded with (None for a
     text-only model), read from that model directory's config. Each placeholder token must be
@@ -293,15 +355,40 @@ def save_image(image: Any, directory: str | os.PathLike) -> ImageRef:
 
 def load_image(ref: ImageRef) -> Any:
     """The PIL image `ref` points at, after checking its bytes against the recorded hash."""
-    from PIL import Image
-
     try:
         data = Path(ref.path).read_bytes()
     except OSError as err:
         raise ImageError(f"image {ref.path} cannot be read: {err}") from err
     if hashlib.sha256(data).hexdigest() != ref.sha256:
         raise ImageError(f"image {ref.path} changed since it was shown (sha256 differs)")
-    return Image.open(io.BytesIO(data)).convert("RGB")
+    return decode_image(data, ref.path)
+
+
+def decode_image(data: bytes, path: str) -> Any:
+    """The RGB PIL image in the bytes `data` of the file `path`, fully decoded (a truncated
+    file fails here, not later in a batch); an ImageError naming `path` where the bytes are
+    not a picture PIL can read (PIL's own errors name no file)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        raise ImageError(
+            f"image {path} is not a readable picture ({type(err).__name__}: {err}): a "
+            "truncated or corrupt file, or not an image (PNG, JPEG, ... that PIL opens)"
+        ) from None
+
+
+def image_ref(path: str | os.PathLike) -> ImageRef:
+    """A reference to a picture file of the user's (for a custom env's `Observation.images`),
+    checked now: it exists and decodes as an image, else an ImageError naming it."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ImageError(f"image {path} cannot be read: {err.strerror or err}") from None
+    decode_image(data, str(path))
+    return ImageRef(path=str(path), sha256=hashlib.sha256(data).hexdigest())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -373,6 +460,14 @@ def _qwen_patches(ref: ImageRef, spec: Qwen2VLSpec) -> tuple[np.ndarray, tuple[i
     """The picture's flattened patches [t x h x w, C x T x P x P] and its (t, h, w) grid."""
 
     def compute(image: Any) -> tuple[np.ndarray, tuple[int, int, int]]:
+        width, height = image.size
+        ratio = max(width, height) / min(width, height)
+        if ratio > QWEN_MAX_ASPECT_RATIO:
+            raise ImageError(
+                f"image {ref.path} is {width}x{height} pixels, an aspect ratio of {ratio:.0f}:1; "
+                f"Qwen2-VL models take at most {QWEN_MAX_ASPECT_RATIO}:1 (their image "
+                "processor's limit): crop or pad the picture"
+            )
         out = _qwen_processor(spec)(images=[image], return_tensors="np")
         t, h, w = (int(x) for x in out["image_grid_thw"][0])
         return np.ascontiguousarray(out["pixel_values"], dtype=np.float32), (t, h, w)
