@@ -38,6 +38,11 @@ from agentic_rl.envs.base import Env
 from agentic_rl.envs.benchmarks.bfcl import BFCLEnv
 from agentic_rl.envs.benchmarks.bfcl_data import make_bfcl_multi_turn_tasks, make_bfcl_tasks
 from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv
+from agentic_rl.envs.benchmarks.scienceworld import ScienceWorldEnv, make_scienceworld_tasks
+from agentic_rl.envs.benchmarks.textworld_express import (
+    TextWorldExpressEnv,
+    make_textworld_express_tasks,
+)
 from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
 from agentic_rl.envs.code.repair import CodeRepairEnv, make_code_repair_tasks
 from agentic_rl.envs.code.self_play import CodeSelfPlayEnv, make_self_play_tasks
@@ -115,6 +120,8 @@ ENVS: dict[str, type] = {
     "rmm": RMMEnv,
     "bfcl": BFCLEnv,
     "bfcl_multi_turn": BFCLMultiTurnEnv,
+    "scienceworld": ScienceWorldEnv,
+    "textworld_express": TextWorldExpressEnv,
 }
 TASKS: dict[str, Callable[..., list[Task]]] = {
     "calculator": make_calculator_tasks,
@@ -150,6 +157,8 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "rmm": make_rmm_tasks,
     "bfcl": make_bfcl_tasks,
     "bfcl_multi_turn": make_bfcl_multi_turn_tasks,
+    "scienceworld": make_scienceworld_tasks,
+    "textworld_express": make_textworld_express_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")
