@@ -35,6 +35,12 @@ $(STAMP): pyproject.toml
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgl1 libglib2.0-0) \
 			|| echo "could not install libgl1: the OCR tool tests will fail to import cv2"; \
 	fi
+	# A Java runtime: the ScienceWorld and TextWorldExpress simulators are jars in their wheels
+	# (envs/benchmarks/); installed here when root with apt; elsewhere install java 8 or newer.
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v java >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless) \
+			|| echo "could not install java: the ScienceWorld / TextWorldExpress tests will skip"; \
+	fi
 	touch $(STAMP)
 
 train: $(STAMP)
