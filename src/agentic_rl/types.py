@@ -59,6 +59,9 @@ class Observation:
     """Images shown with this observation, in order. The chat format puts the model's image
     placeholder tokens for them after the text (loss mask 0); for `reset`, after the last
     message's text. Empty for text-only envs."""
+    role: str = ""
+    """Multi-agent conversation envs: the role whose conversation these `messages` open (one
+    of the env's `roles`); empty for an env with one agent."""
 
 
 ActionKind = Literal["tool", "answer", "invalid", "none"]
@@ -155,6 +158,8 @@ class Trajectory:
     """Decoded model + observation text after the prompt, for reward functions and logs only."""
     images: list[ImageRef] = field(default_factory=list)
     """The images whose placeholder tokens are in `token_ids`, in order of appearance."""
+    role: str = ""
+    """The agent role that wrote this sample's turns (multi-agent envs); empty otherwise."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)

@@ -66,6 +66,7 @@ from agentic_rl.envs.math.problems import make_math_tasks
 from agentic_rl.envs.memory.memagent import MemAgentEnv, make_long_qa_tasks
 from agentic_rl.envs.memory.memory_r1 import MemoryR1Env, make_dialogue_tasks
 from agentic_rl.envs.memory.rmm import RMMEnv, make_rmm_tasks
+from agentic_rl.envs.multiagent.planner_executor import PlannerExecutorEnv
 from agentic_rl.envs.search.multihop import MultiHopQAEnv, make_multihop_tasks
 from agentic_rl.envs.search.single_hop import SearchQAEnv, make_search_qa_tasks
 from agentic_rl.envs.search.web_qa import WebQAEnv
@@ -122,6 +123,7 @@ ENVS: dict[str, type] = {
     "bfcl_multi_turn": BFCLMultiTurnEnv,
     "scienceworld": ScienceWorldEnv,
     "textworld_express": TextWorldExpressEnv,
+    "planner_executor": PlannerExecutorEnv,
 }
 TASKS: dict[str, Callable[..., list[Task]]] = {
     "calculator": make_calculator_tasks,
@@ -159,6 +161,7 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "bfcl_multi_turn": make_bfcl_multi_turn_tasks,
     "scienceworld": make_scienceworld_tasks,
     "textworld_express": make_textworld_express_tasks,
+    "planner_executor": make_multihop_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")
