@@ -82,8 +82,9 @@ def ppo_clip_loss(
     ``L = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)``.
     Asymmetric bounds give DAPO's "clip-higher" (Yu et al. 2025, e.g. ``clip_high=0.28``).
     ``dual_clip=c`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games", c = 3): for
-    ``A < 0``, ``L = min(L, -c * A)`` (``None`` or 0: off); caps the loss of tokens whose ratio exploded, where the
-    standard clip does not bind (``rho * A`` is the min) and the loss grows without bound.
+    ``A < 0``, ``L = min(L, -c * A)`` (``None`` or 0: off); caps the loss of tokens whose
+    ratio exploded, where the standard clip does not bind (``rho * A`` is the min) and the loss
+    grows without bound.
     Returns ``(per_token_loss, clipped)``: the loss (0 at mask-0 positions) and a bool mask of
     masked tokens where a clipped term is the active one (strictly; ties count as unclipped),
     for the clip-fraction metric. Clipped tokens have zero gradient.

@@ -22,7 +22,12 @@ class AlgoConfig:
     policy_loss: str = "ppo"
     """A key of POLICY_LOSSES in algos/losses.py. "ppo": token-level clipped ratio
     (clip_low/clip_high, dual_clip). "gspo": GSPO's sequence-level ratio exp(mean_t log
-    pi/pi_old) with its own clip range (gspo_clip_*)."""
+    pi/pi_old) with its own clip range (gspo_clip_*). "cispo": MiniMax-M1's clipped,
+    stop-gradient IS weight times log pi, every token keeps a gradient (cispo_clip_*).
+    "clip_cov" / "kl_cov": PPO with a few high logprob-advantage covariance tokens detached
+    (clip_cov_*) / KL-penalised without any ratio clip (kl_cov_*), against entropy collapse.
+    "gmpo": the geometric mean of the token ratios, clipped per token in log space
+    (gmpo_clip_*), sequence-level. Each loss's knobs are refused with another loss."""
     loss_agg: str = ""
     """Loss aggregation (LOSS_AGGREGATIONS in algos/losses.py): token-mean (DAPO: every token of
     the batch weighs the same), seq-mean-token-mean (GRPO: mean over each sequence's tokens,
@@ -90,21 +95,49 @@ class AlgoConfig:
     """Correction of the rollout/training mismatch (behaviour logprobs from the generator vs
     pi_old from the learner), a weight on each token's policy-gradient loss:
     "tis": truncated IS, min(pi_old / pi_behav, C) (Yao et al. 2025);
-    "mis_token": drop tokens whose ratio is outside [1/C, C] (IcePop, Ring-1T 2025);
+    "mis_token": drop tokens whose ratio is outside [1/C, C] (veRL's rollout_rs=token);
     "mis_seq_geo": drop sequences whose geometric-mean ratio is outside [1/C, C];
-    "none". "auto": "tis" (policy_loss=gspo: "mis_seq_geo") when the generator's distribution
-    differs from the learner's: rollout.backend=vllm, rollout.mixed_precision !=
-    learner.mixed_precision, or rollout.top_p < 1 (behaviour logprobs are of the truncated
-    distribution, see backends/hf.py); "none" otherwise. Asynchronous rollouts
+    "icepop": weigh tokens by the ratio inside [algo.rollout_correction_low, C], drop the
+    others (IcePop, Ring-1T 2025; band [0.5, 5]); "none". "auto": "tis" (policy_loss=gspo or
+    gmpo: "mis_seq_geo") when the generator's distribution differs from the learner's:
+    rollout.backend=vllm, rollout.mixed_precision != learner.mixed_precision, or
+    rollout.top_p < 1 (behaviour logprobs are of the truncated distribution, see
+    backends/hf.py); "none" otherwise. Asynchronous rollouts
     (rollout.max_staleness > 0) always use "tis" with C = algo.stale_is_cap (decoupled PPO)."""
     rollout_correction_cap: float = 0.0
     """C of algo.rollout_correction; 0 = the mode's default: 2.0 for tis (Yao et al.'s C, veRL's
     rollout_is_threshold) and mis_token (veRL's token band [0.5, 2]); 1.01 for mis_seq_geo
-    (geometric means stay close to 1: runs use bands like [0.99, 1.01])."""
+    (geometric means stay close to 1: runs use bands like [0.99, 1.01]); 5.0 for icepop."""
+    rollout_correction_low: float = 0.0
+    """algo.rollout_correction=icepop: the band's lower bound alpha, in (0, 1]; 0 = 0.5 (veRL's
+    IcePop preset). The other modes have no separate lower bound."""
     gspo_clip_low: float = 3e-4
     """GSPO: sequence-ratio clip below 1 (Zheng et al. 2025 use 3e-4)."""
     gspo_clip_high: float = 4e-4
     """GSPO: sequence-ratio clip above 1 (Zheng et al. 2025 use 4e-4)."""
+    cispo_clip_low: float = 1.0
+    """CISPO: the IS weight's lower bound is 1 - cispo_clip_low; >= 1 = no lower bound, as the
+    paper leaves it (veRL's example: 10)."""
+    cispo_clip_high: float = 0.2
+    """CISPO: the IS weight is capped at 1 + cispo_clip_high (veRL's example: 0.2, a cap of 1.2;
+    TRL's epsilon_high is the cap itself, not comparable)."""
+    clip_cov_ratio: float = 2e-4
+    """Clip-Cov: the fraction of a micro-batch's tokens detached (at least one), picked at
+    random among those with clip_cov_low < Cov < clip_cov_high (veRL and the paper: 2e-4)."""
+    clip_cov_low: float = 1.0
+    """Clip-Cov: lower bound of the covariance band (veRL and the paper: 1)."""
+    clip_cov_high: float = 5.0
+    """Clip-Cov: upper bound of the covariance band (veRL and the paper: 5)."""
+    kl_cov_ratio: float = 2e-4
+    """KL-Cov: the fraction of a micro-batch's tokens (top covariance, at least one) that get
+    the |log r| penalty (veRL: 2e-4; the paper's k is a percent, 0.2 = 2e-3 for 7B)."""
+    kl_cov_coef: float = 1.0
+    """KL-Cov: the penalty's coefficient (veRL's ppo_kl_coef falls back to 1, the paper's 1)."""
+    gmpo_clip_low: float = 0.4
+    """GMPO: each token's log-ratio is clipped below at -gmpo_clip_low (log space; the paper's
+    range is (e^-0.4, e^0.4))."""
+    gmpo_clip_high: float = 0.4
+    """GMPO: each token's log-ratio is clipped above at gmpo_clip_high (log space)."""
     trr_type_field: str = "task_type"
     """TRR++: the Task.fields key holding the task type (e.g. "template" for calculator)."""
     trr_role_field: str = "role"
@@ -114,8 +147,14 @@ class AlgoConfig:
     (decoupled PPO) is truncated at this value, so very stale tokens cannot dominate."""
 
 
-ROLLOUT_CORRECTIONS = ("auto", "none", "tis", "mis_token", "mis_seq_geo")
-CORRECTION_CAPS = {"tis": 2.0, "mis_token": 2.0, "mis_seq_geo": 1.01}
+ROLLOUT_CORRECTIONS = ("auto", "none", "tis", "mis_token", "mis_seq_geo", "icepop")
+CORRECTION_CAPS = {"tis": 2.0, "mis_token": 2.0, "mis_seq_geo": 1.01, "icepop": 5.0}
+CORRECTION_LOWS = {"icepop": 0.5}
+SEQUENCE_LOSSES = ("gspo", "gmpo")
+"""The policy losses with one ratio per sequence (algos/losses.py POLICY_LOSSES sequence_level;
+a test keeps the two equal): "auto" corrects them per sequence."""
+"""The default lower bound of the corrections with a band of their own (algos/offpolicy.py
+BANDED_CORRECTIONS)."""
 
 
 def rollout_correction(cfg: Config) -> tuple[str, float]:
@@ -134,10 +173,35 @@ def rollout_correction(cfg: Config) -> tuple[str, float]:
         )
         if not differs or not algo.recompute_old_logprobs or rollout.train_on_observations:
             return "none", 0.0
-        mode = "mis_seq_geo" if algo.policy_loss == "gspo" else "tis"
+        mode = "mis_seq_geo" if algo.policy_loss in SEQUENCE_LOSSES else "tis"
     if mode == "none":
         return "none", 0.0
     return mode, algo.rollout_correction_cap or CORRECTION_CAPS[mode]
+
+
+def rollout_correction_low(cfg: Config) -> float | None:
+    """The lower bound of the run's rollout-correction band when its mode has one of its own
+    (icepop): `algo.rollout_correction_low`, 0 made the mode's default; None otherwise."""
+    mode = rollout_correction(cfg)[0]
+    if mode not in CORRECTION_LOWS:
+        return None
+    return cfg.algo.rollout_correction_low or CORRECTION_LOWS[mode]
+
+
+@dataclass
+class DistillConfig:
+    """On-policy distillation (GKD, Agarwal et al. 2024; Thinking Machines 2025): the student
+    samples, a frozen teacher scores the student's tokens, and each token's advantage gets
+    -coef * (log pi_student - log pi_teacher), the per-token reverse KL (algos/distill.py)."""
+
+    teacher: str = ""
+    """The teacher: a Hugging Face model directory (config.json), a checkpoint, or a run
+    directory (its latest checkpoint). It must share the student's tokenizer. "" = off."""
+    coef: float = 1.0
+    """The reverse-KL weight (slime's --opd-kl-coef, default 1)."""
+    task_reward: bool = True
+    """true: the distillation term is added to the estimator's task advantages (distillation +
+    RL); false: the task reward is ignored and the advantage is the distillation term alone."""
 
 
 @dataclass

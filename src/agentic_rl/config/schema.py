@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.config.algo import AlgoConfig, FilterConfig, GigpoConfig
+from agentic_rl.config.algo import AlgoConfig, DistillConfig, FilterConfig, GigpoConfig
 from agentic_rl.config.rollout import EnvConfig, ModelConfig, RayConfig, RolloutConfig, VLLMConfig
 from agentic_rl.config.train import (
     DPOConfig,
@@ -32,6 +32,7 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     gigpo: GigpoConfig = field(default_factory=GigpoConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)

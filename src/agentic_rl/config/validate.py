@@ -12,6 +12,7 @@ in checks.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, Estimator
@@ -260,34 +261,89 @@ def _validate_critic(cfg: Config) -> None:
 
 
 def _validate_policy_loss(cfg: Config) -> None:
+    """The chosen loss's sequence-level needs, its knobs' ranges, and no knob of another loss
+    (POLICY_LOSSES[...].knobs: a knob the chosen loss does not read would do nothing)."""
     algo = cfg.algo
-    if not POLICY_LOSSES[algo.policy_loss].sequence_level:
+    spec = POLICY_LOSSES[algo.policy_loss]
+    if spec.sequence_level:
+        if algo.loss_agg != "seq-mean-token-mean":
+            raise ConfigError(
+                f"algo.policy_loss={algo.policy_loss} has one ratio per sequence, so the loss is "
+                "a mean over sequences: algo.loss_agg must be seq-mean-token-mean, not "
+                f"{algo.loss_agg}"
+            )
+        if not _estimator(cfg).sequence_level:
+            raise ConfigError(
+                f"algo.policy_loss={algo.policy_loss} needs one advantage per sequence; "
+                f"algo.name={algo.name} gives token-level advantages (use one of "
+                f"{_names(lambda e: e.sequence_level)})"
+            )
+    reads = {field for _, field in spec.knobs}
+    if algo.dual_clip and "dual_clip" not in reads:
+        raise ConfigError(
+            f"algo.dual_clip applies to the token-level ppo loss, not {algo.policy_loss}"
+        )
+    others = sorted(
+        {field for s in POLICY_LOSSES.values() for _, field in s.knobs} - reads - {"dual_clip"}
+    )
+    for field in others:
+        owners = [n for n, s in POLICY_LOSSES.items() if field in {f for _, f in s.knobs}]
         _unused(
             cfg,
-            ["algo.gspo_clip_low", "algo.gspo_clip_high"],
-            f"algo.policy_loss is {algo.policy_loss}",
+            [f"algo.{field}"],
+            f"algo.policy_loss={algo.policy_loss} does not read it (a knob of {', '.join(owners)})",
         )
-        return
-    if algo.loss_agg != "seq-mean-token-mean":
-        raise ConfigError(
-            f"algo.policy_loss={algo.policy_loss} has one ratio per sequence, so the loss is a "
-            f"mean over sequences: algo.loss_agg must be seq-mean-token-mean, not {algo.loss_agg}"
-        )
-    if not _estimator(cfg).sequence_level:
-        raise ConfigError(
-            f"algo.policy_loss={algo.policy_loss} needs one advantage per sequence; "
-            f"algo.name={algo.name} gives token-level advantages (use one of "
-            f"{_names(lambda e: e.sequence_level)})"
-        )
-    if algo.dual_clip:
-        raise ConfigError("algo.dual_clip applies to the token-level ppo loss, not gspo")
-    _unused(
-        cfg,
-        ["algo.clip_low", "algo.clip_high"],
-        "algo.policy_loss=gspo clips with algo.gspo_clip_low / algo.gspo_clip_high",
-    )
     if not 0 <= algo.gspo_clip_low < 1 or algo.gspo_clip_high < 0:
         raise ConfigError("algo.gspo_clip_low must be in [0, 1) and algo.gspo_clip_high >= 0")
+    if algo.cispo_clip_low < 0 or algo.cispo_clip_high < 0:
+        raise ConfigError(
+            "algo.cispo_clip_low and algo.cispo_clip_high must be >= 0 (the weight is clipped "
+            "to [1 - low, 1 + high]; low >= 1 leaves it unbounded below)"
+        )
+    for key in ("clip_cov_ratio", "kl_cov_ratio"):
+        if not 0 < getattr(algo, key) <= 1:
+            raise ConfigError(f"algo.{key} must be in (0, 1], got {getattr(algo, key)}")
+    if algo.clip_cov_low >= algo.clip_cov_high:
+        raise ConfigError(
+            f"algo.clip_cov_low ({algo.clip_cov_low}) must be below algo.clip_cov_high "
+            f"({algo.clip_cov_high}): no covariance would fall in the band"
+        )
+    if algo.kl_cov_coef <= 0:
+        raise ConfigError(f"algo.kl_cov_coef must be > 0, got {algo.kl_cov_coef}")
+    if algo.gmpo_clip_low <= 0 or algo.gmpo_clip_high <= 0:
+        raise ConfigError("algo.gmpo_clip_low and algo.gmpo_clip_high must be > 0 (log space)")
+    _validate_distill(cfg)
+
+
+def _validate_distill(cfg: Config) -> None:
+    """distill.*: a teacher directory that exists, a positive weight, and a run that can give
+    the per-token term its meaning (token-level loss, one learner process)."""
+    distill = cfg.distill
+    if not distill.teacher:
+        _unused(
+            cfg, ["distill.coef", "distill.task_reward"], "distill.teacher is empty (no teacher)"
+        )
+        return
+    if not Path(distill.teacher).is_dir():
+        raise ConfigError(
+            f"distill.teacher={distill.teacher}: no such directory (a Hugging Face model "
+            "directory, a checkpoint or a run directory)"
+        )
+    if distill.coef <= 0:
+        raise ConfigError(f"distill.coef must be > 0, got {distill.coef}")
+    if POLICY_LOSSES[cfg.algo.policy_loss].sequence_level:
+        raise ConfigError(
+            f"distill.teacher gives every token its own advantage; algo.policy_loss="
+            f"{cfg.algo.policy_loss} averages them over the sequence: use a token-level loss "
+            "(ppo, cispo, clip_cov, kl_cov)"
+        )
+    if not distill.task_reward and _estimator(cfg).needs_value_head:
+        raise ConfigError(
+            f"distill.task_reward=false ignores the task reward, which algo.name={cfg.algo.name}"
+            "'s critic would still be trained on: use a critic-free estimator (e.g. grpo)"
+        )
+    if cfg.learner.strategy != "single":
+        raise ConfigError("distill.teacher runs in one learner process: learner.strategy=single")
 
 
 def _validate_step_mode(cfg: Config) -> None:

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentic_rl.config.algo import ROLLOUT_CORRECTIONS, rollout_correction
+from agentic_rl.algos.losses import POLICY_LOSSES
+from agentic_rl.config.algo import (
+    CORRECTION_LOWS,
+    ROLLOUT_CORRECTIONS,
+    rollout_correction,
+    rollout_correction_low,
+)
 from agentic_rl.config.checks import _check_choice, _unused
 from agentic_rl.config.parse import ConfigError
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
-CLIP_KEYS = (
-    "algo.clip_low",
-    "algo.clip_high",
-    "algo.dual_clip",
-    "algo.gspo_clip_low",
-    "algo.gspo_clip_high",
+CLIP_KEYS = tuple(
+    dict.fromkeys(f"algo.{field}" for spec in POLICY_LOSSES.values() for field in spec.ratio_knobs)
 )
+"""The knobs of every policy loss that act only through the ratio pi / pi_old."""
 SEQUENCE_CORRECTIONS = ("auto", "none", "mis_seq_geo")  # what a sequence-level loss can take
 
 
@@ -40,7 +43,19 @@ def validate_update(cfg: Config) -> None:
             f"algo.rollout_correction_cap must be >= 1 (the band is [1/C, C]) or 0 (the mode's "
             f"default), got {cap}"
         )
+    low = algo.rollout_correction_low
+    if low != 0 and not 0 < low <= 1:
+        raise ConfigError(
+            f"algo.rollout_correction_low must be in (0, 1] (or 0, the mode's default), got {low}"
+        )
     if algo.ppo_mini_batches == 1 and algo.epochs == 1 and algo.recompute_old_logprobs:
+        if POLICY_LOSSES[algo.policy_loss].needs_ratio:
+            raise ConfigError(
+                f"algo.policy_loss={algo.policy_loss} acts only through the ratio pi / pi_old, "
+                "which is exactly 1 in one on-policy step (algo.ppo_mini_batches=1, "
+                "algo.epochs=1): it would be the plain policy gradient. Split the rollout batch "
+                "into PPO mini-batches (algo.ppo_mini_batches > 1) or run more epochs"
+            )
         _unused(
             cfg,
             list(CLIP_KEYS),
@@ -65,7 +80,9 @@ def validate_update(cfg: Config) -> None:
                 " min(pi_prox / pi_behav, algo.stale_is_cap) (tis); use auto or tis"
             )
         _unused(
-            cfg, ["algo.rollout_correction_cap"], "stale tokens are capped by algo.stale_is_cap"
+            cfg,
+            ["algo.rollout_correction_cap", "algo.rollout_correction_low"],
+            "stale tokens are capped by algo.stale_is_cap",
         )
         return
     if explicit and not algo.recompute_old_logprobs:
@@ -79,10 +96,20 @@ def validate_update(cfg: Config) -> None:
             "algo.rollout_correction weighs tokens by their behaviour logprobs, which observation "
             "tokens do not have: rollout.train_on_observations must be false"
         )
-    if algo.policy_loss == "gspo" and algo.rollout_correction not in SEQUENCE_CORRECTIONS:
+    sequence_level = POLICY_LOSSES[algo.policy_loss].sequence_level
+    if sequence_level and algo.rollout_correction not in SEQUENCE_CORRECTIONS:
         raise ConfigError(
             f"algo.rollout_correction={algo.rollout_correction} weighs tokens one by one; "
-            "algo.policy_loss=gspo has one ratio per sequence: use mis_seq_geo, auto or none"
+            f"algo.policy_loss={algo.policy_loss} has one ratio per sequence: use mis_seq_geo, "
+            "auto or none"
         )
-    if rollout_correction(cfg)[0] == "none":
+    mode = rollout_correction(cfg)[0]
+    if mode == "none":
         _unused(cfg, ["algo.rollout_correction_cap"], "no rollout correction is applied")
+    if rollout_correction_low(cfg) is None:
+        _unused(
+            cfg,
+            ["algo.rollout_correction_low"],
+            f"the rollout correction is {mode}; only {', '.join(CORRECTION_LOWS)} has a lower "
+            "bound of its own",
+        )

@@ -16,9 +16,14 @@ import torch
 from torch import nn
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from agentic_rl.algos.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_clip_loss, value_loss
+from agentic_rl.algos.losses import POLICY_LOSSES, aggregate_loss, kl_penalty, value_loss
 from agentic_rl.algos.offpolicy import ROLLOUT_CORRECTIONS, rollout_mismatch
-from agentic_rl.config.algo import AlgoConfig, GigpoConfig, rollout_correction
+from agentic_rl.config.algo import (
+    AlgoConfig,
+    GigpoConfig,
+    rollout_correction,
+    rollout_correction_low,
+)
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.model.critic import critic_values, reads_policy_states
@@ -190,11 +195,11 @@ def update(
     device = next(model.parameters()).device
     groups = mini_batch_rows(len(batch), algo.ppo_mini_batches)
     on_policy = len(groups) == 1 and algo.epochs == 1 and algo.recompute_old_logprobs
-    correction = rollout_correction(cfg)
+    correction = (*rollout_correction(cfg), rollout_correction_low(cfg))
     if batch.stale:  # decoupled PPO (scale/async_rollout.correct_stale)
         if not algo.recompute_old_logprobs:
             raise ValueError("stale samples need the proximal policy: algo.recompute_old_logprobs")
-        correction = ("tis", algo.stale_is_cap)
+        correction = ("tis", algo.stale_is_cap, None)
     # Observation tokens trained as if sampled (an ablation) have no behaviour logprobs.
     measurable = batch.behav_logprobs is not None and not cfg.rollout.train_on_observations
     mismatch = {"k3": 0.0, "tokens": 0.0, "max": 0.0}
@@ -227,6 +232,7 @@ def update(
         "entropy": 0.0,
         "value_loss": 0.0,
         "correction_weight": 0.0,
+        "correction_zeroed": 0.0,
         "mismatch_k3": 0.0,
         "mismatch_tokens": 0.0,
     }
@@ -292,6 +298,8 @@ def update(
         metrics["critic_grad_norm"] = sum(critic_grad_norms) / max(steps, 1)
     if correction[0] != "none":  # TIS: the mean truncated weight; masked IS: the kept fraction
         metrics["rollout_correction_weight"] = sums["correction_weight"] / tokens
+        # the fraction of tokens the correction dropped (masked IS, IcePop: out of band)
+        metrics["rollout_correction_zeroed"] = sums["correction_zeroed"] / tokens
     if mismatch["tokens"] > 0:  # behaviour vs learner logprobs on the sampled tokens
         metrics["mismatch_k3"] = mismatch["k3"] / mismatch["tokens"]
         metrics["mismatch_max_abs"] = mismatch["max"]
@@ -350,12 +358,14 @@ def _micro_batch_loss(
     share_prefix: bool = False,
     keep_probs: bool = False,
     on_policy: bool = True,
-    correction: tuple[str, float] = ("none", 0.0),
+    correction: tuple[str, float, float | None] = ("none", 0.0, None),
     measure: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The micro-batch's loss (normalised by its mini-batch's `counts`) and metric sums.
     on_policy: pi_old is the current logprobs (detached), else mb.old_logprobs; correction:
-    (mode, cap) of the rollout correction; measure: also return the mismatch sums."""
+    (mode, cap, the band's lower bound or None) of the rollout correction; measure: also
+    return the mismatch sums. The policy loss is `algo.policy_loss`'s entry of POLICY_LOSSES,
+    called with its knobs from the config; its `clip_frac` counts the tokens it restrained."""
     algo, mask = cfg.algo, mb.loss_mask
     logprobs, entropy, hidden = token_logprobs(
         model,
@@ -378,40 +388,35 @@ def _micro_batch_loss(
     # plain policy gradient. Otherwise pi_old is mb.old_logprobs (recomputed once by update(),
     # or the generator's behaviour logprobs).
     old = logprobs.detach() if on_policy else mb.old_logprobs
-    mode, cap = correction
+    mode, cap, low = correction
     behav = mb.behav_logprobs
     # pi_old / pi_behav as a weight per token (1 = fresh, matching samples); no gradient.
     weights = None
     if mode != "none" and behav is not None:
-        weights = ROLLOUT_CORRECTIONS[mode](old, behav, mask, cap)
+        band = () if low is None else (low,)  # IcePop's lower bound (algos/offpolicy.py)
+        weights = ROLLOUT_CORRECTIONS[mode](old, behav, mask, cap, *band)
     metrics: dict[str, torch.Tensor] = {}
     if weights is not None:
         metrics["correction_weight"] = (weights * mask).sum()
+        metrics["correction_zeroed"] = ((weights == 0) & (mask > 0)).sum().float()
     if measure and behav is not None:  # the first step's forward: pre-update weights
         k3, delta = rollout_mismatch(logprobs.detach(), behav, mask)
         metrics["mismatch_k3"], metrics["mismatch_max"] = k3.sum(), delta.max()
         metrics["mismatch_tokens"] = (mask > 0).sum().float()
-    if algo.policy_loss == "gspo":
+    spec = POLICY_LOSSES[algo.policy_loss]
+    knobs = {keyword: getattr(algo, field) for keyword, field in spec.knobs}
+    if spec.sequence_level:
         # One ratio and one advantage per sequence; the loss is a mean over the GLOBAL number
         # of sequences (config enforces seq-mean aggregation), so micro-batches add up exactly.
         seq_adv = (mb.advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        per_seq, seq_clipped = gspo_loss(
-            logprobs, old, seq_adv, mask, algo.gspo_clip_low, algo.gspo_clip_high
-        )
+        per_seq, restrained = spec.fn(logprobs, old, seq_adv, mask, **knobs)
         if weights is not None:  # a sequence-level correction (config): one weight a sequence
             per_seq = per_seq * weights.amax(-1)
         loss = per_seq.sum() / max(counts["num_sequences"], 1)
-        clipped = seq_clipped[:, None] & (mask > 0)
+        # gspo restrains whole sequences [B], gmpo single tokens [B, T]
+        clipped = (restrained[:, None] if restrained.dim() == 1 else restrained) & (mask > 0)
     else:
-        pg, clipped = ppo_clip_loss(
-            logprobs,
-            old,
-            mb.advantages,
-            mask,
-            algo.clip_low,
-            algo.clip_high,
-            dual_clip=algo.dual_clip or None,
-        )
+        pg, clipped = spec.fn(logprobs, old, mb.advantages, mask, **knobs)
         if weights is not None:  # with "tis" and stale samples: decoupled PPO (offpolicy.py)
             pg = pg * weights
         loss = aggregate_loss(pg, mask, algo.loss_agg, **counts)

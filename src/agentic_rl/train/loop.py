@@ -48,6 +48,7 @@ from agentic_rl.scale.fsdp import shard_setup
 from agentic_rl.train.batch import carries_gradient, prepare_batch
 from agentic_rl.train.bundles import StepRecorder, write_bundle
 from agentic_rl.train.collect import collect, eval_episodes, expert_demos
+from agentic_rl.train.distill import distill_batch
 from agentic_rl.train.failures import learn_from_failures
 from agentic_rl.train.self_play import self_play_step
 from agentic_rl.train.setup import (
@@ -113,12 +114,15 @@ def update_policy(
     the weights have had) is for episodes that record which version sampled each token
     (`Trajectory.token_versions`, serve-policy): when any token is older, the batch is trained
     with decoupled PPO (`correct_stale`), as asynchronous rollouts are, and the staleness
-    metrics are added. Metrics: the learner's, `samples`, `nonzero_adv_fraction`,
-    `skipped_update`."""
+    metrics are added. With distill.teacher the teacher scores the batch and the advantages get
+    its per-token reverse KL (`distill_batch`). Metrics: the learner's, `samples`,
+    `nonzero_adv_fraction`, `skipped_update`, `distill_*`."""
     cfg = setup.cfg
     release_for_update(setup.generator)  # vLLM sleep mode: the GPU is the learner's meanwhile
     batch = prepare_batch(setup, episodes) if len(episodes) else None
     metrics: dict[str, float] = {}
+    if batch is not None and setup.teacher is not None:  # the teacher's per-token reverse KL
+        metrics.update(distill_batch(setup, batch))
     if batch is not None and learner_version is not None:
         metrics.update(staleness_metrics(episodes, learner_version))
         if metrics["stale_token_fraction"] > 0:

@@ -29,6 +29,7 @@ from agentic_rl.model.lora import is_lora, unwrap
 from agentic_rl.model.tokens import check_prefix_preserving
 from agentic_rl.scale.ray_generator import RayGenerator
 from agentic_rl.scale.ray_pool import EnvPool
+from agentic_rl.train.distill import load_teacher
 from agentic_rl.types import Task
 
 
@@ -44,6 +45,7 @@ class Setup:
     train_tasks: list[Task]
     eval_tasks: list[Task]
     reference: nn.Module | None = None
+    teacher: nn.Module | None = None  # distill.teacher: frozen, scores the student's tokens
     value_head: nn.Module | None = None  # ppo: a ValueHead (algo.critic=shared) or a Critic
     env_pool: Any = None  # ray_pool.EnvPool with ray.enabled (envs on Ray actors), else None
     dp: Any = None  # fsdp.DataParallel with learner.strategy=fsdp2 (under torchrun), else None
@@ -124,6 +126,8 @@ def build(cfg: Config) -> Setup:
     )
     if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
         setup.reference = frozen_copy(policy)
+    if cfg.distill.teacher:  # on-policy distillation (train/distill.py)
+        setup.teacher = load_teacher(cfg, tokenizer, device)
     if ADVANTAGE_ESTIMATORS[cfg.algo.name].needs_value_head:  # the critic (model/critic.py)
         shared = cfg.algo.critic == "shared"
         setup.value_head = ValueHead(policy.config.hidden_size) if shared else Critic(policy)
