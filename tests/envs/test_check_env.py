@@ -6,7 +6,7 @@ import pytest
 
 from agentic_rl.envs.base import EnvCheckError, ToolEnv, check_env, has_expert
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
-from agentic_rl.types import Observation
+from agentic_rl.types import Observation, Task
 
 TASKS = make_calculator_tasks("eval", 3, seed=0)
 
@@ -103,3 +103,29 @@ def test_other_checks_still_run_without_an_expert():
 
     with pytest.raises(EnvCheckError, match="gold answer scores >= a wrong one"):
         check_env(NoExpertNeverRight(), TASKS)
+
+
+def test_an_expert_cut_off_by_the_step_limit_is_an_env_check_error():
+    """A level longer than the env's step limit truncates the expert's episode: check_env says
+    so (it used to step on and die with 'step() called after the episode terminated')."""
+    from agentic_rl.envs.games.sokoban import SokobanEnv, level_task
+    from agentic_rl.envs.games.sokoban_levels import parse_xsb, solve
+
+    level = parse_xsb("#########\n#@$    .#\n#########")
+    task = level_task(level, "long", solve(level))
+    with pytest.raises(EnvCheckError, match=r"expert succeeds failed: long: the episode was trunc"):
+        check_env(SokobanEnv(max_actions_per_turn=2, max_steps=4), [task])
+    assert check_env(SokobanEnv(max_steps=5), [task]) == []
+
+
+def test_an_exception_inside_the_env_is_reported_as_an_env_check_error():
+    class Broken(ToolEnv):
+        def __init__(self) -> None:
+            super().__init__([])
+
+        def user_prompt(self, task: Task) -> str:
+            return task.fields["context"]  # a task without it: KeyError in reset
+
+    with pytest.raises(EnvCheckError, match=r"reset failed: t0: the env raised KeyError") as info:
+        check_env(Broken(), [Task(task_id="t0", prompt="q", answers=["a"])])
+    assert isinstance(info.value.__cause__, KeyError)

@@ -234,3 +234,15 @@ def test_anchors_are_the_grid_state():
     back = env.step(act("Up"))
     assert back.observation.anchor == first.anchor != there.observation.anchor
     assert "Up, Down, Left, Right" in first.messages[0]["content"]
+
+
+def test_plans_longer_than_the_step_limit_are_refused_when_tasks_are_made(tmp_path):
+    long = tmp_path / "long.xsb"
+    long.write_text("#########\n#@$    .#\n#########\n")  # 5 pushes
+    assert len(make_sokoban_tasks("train", 1, level_file=str(long), max_steps=5)) == 1
+    with pytest.raises(LevelError, match=r"level 1's shortest plan takes 5 moves, more than"):
+        make_sokoban_tasks("train", 1, level_file=str(long), max_steps=4)
+    with pytest.raises(ValueError, match="max_solution=12 allows levels whose shortest plan"):
+        make_sokoban_tasks("train", 1, max_solution=12)  # max_steps defaults to 10, as the env
+    with pytest.raises(LevelError, match=f"env.options.level_file: {tmp_path / 'no.xsb'}: no such"):
+        make_sokoban_tasks("train", 1, level_file=str(tmp_path / "no.xsb"))
