@@ -45,7 +45,7 @@ def overlong_run(tmp_path_factory) -> Path:
     optimizer state of the checkpoint it starts from."""
     return _run(
         tmp_path_factory.mktemp("replay"),
-        "filters.overlong_buffer=400",
+        "filters.overlong_buffer=96",  # the most the smoke run can generate: 2 turns x 48
         "algo.ppo_mini_batches=2",
     )
 
@@ -54,7 +54,7 @@ def test_bundle_holds_the_step(overlong_run):
     bundle = read_bundle(bundle_dir(overlong_run, 2))
     data = bundle.data
     assert data["step"] == 2 and data["weights"]["checkpoint"].endswith("step_000001")
-    assert data["config"]["filters"]["overlong_buffer"] == 400
+    assert data["config"]["filters"]["overlong_buffer"] == 96
     assert data["code"]["version"]
     samples = data["samples"]
     assert len(samples) == 4 and len(bundle.advantages) == len(data["kept"]) == 4

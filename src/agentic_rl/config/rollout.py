@@ -136,7 +136,9 @@ class RolloutConfig:
     max_tokens_per_turn: int = 64
     """New tokens per model turn."""
     max_total_tokens: int = 512
-    """Budget of tokens after the prompt (model turns and observations together)."""
+    """Budget of tokens after the prompt (model turns and observations together). An episode
+    generates at most min(max_total_tokens, max_turns x max_tokens_per_turn) tokens
+    (`max_generated_tokens`), the length DAPO's overlong penalty counts to."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (evaluation is greedy)."""
     top_p: float = 1.0
@@ -209,6 +211,16 @@ class RolloutConfig:
     """Stop the run with an error when more than this fraction of a rollout batch's episodes
     had to be dropped for infrastructure failures: a dead server must not silently shrink
     every batch. 1.0 = never stop (an all-dropped batch still stops: nothing to train on)."""
+
+
+def max_generated_tokens(rollout: RolloutConfig) -> int:
+    """The most tokens the policy can generate in one episode (episode mode, with or without a
+    context budget): the model's turns stop at rollout.max_turns x rollout.max_tokens_per_turn,
+    and rollout.max_total_tokens bounds them and the observations together, so the smaller of
+    the two is what an episode can actually reach. DAPO's L_max (the overlong penalty's full
+    length) is this, not max_total_tokens alone: a penalty set against an unreachable length
+    never fires. E.g. 3 turns x 48 tokens within 256: 144."""
+    return min(rollout.max_total_tokens, rollout.max_turns * rollout.max_tokens_per_turn)
 
 
 @dataclass
