@@ -25,6 +25,7 @@ import random
 import time
 
 from agentic_rl.config.rollout import max_generated_tokens
+from agentic_rl.envs.base import task_has_expert
 from agentic_rl.envs.from_config import make_envs
 from agentic_rl.learner.batch import Episodes
 from agentic_rl.rewards.custom import apply_reward_fn
@@ -265,12 +266,28 @@ def eval_episodes(setup: Setup, tasks: list[Task] | None = None) -> list[list[Tr
     return episodes if len(keep) == len(episodes) else [episodes[i] for i in keep]
 
 
+def expert_tasks(tasks: list[Task], what: str) -> list[Task]:
+    """The tasks the env's scripted expert can play (`task_has_expert`); says which kinds of
+    task it leaves out, and refuses when none is left."""
+    playable = [t for t in tasks if task_has_expert(t)]
+    if len(playable) < len(tasks):
+        kinds = sorted({t.prompt for t in tasks if not task_has_expert(t)})
+        shown = ", ".join(kinds[:8]) + (f", ... ({len(kinds)} kinds)" if len(kinds) > 8 else "")
+        if not playable:
+            raise ValueError(
+                f"{what}: no training task has a scripted expert (tasks without one: {shown}); "
+                "add tasks that have one or turn the stage off"
+            )
+        print(f"{what}: no scripted expert for {shown}: these tasks are not demonstrated")
+    return playable
+
+
 def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:
     """Scripted-expert samples of `num_tasks` training tasks (successful episodes only; in step
     mode their step samples, so the model learns in the contexts it will act in) and the
     number of successful episodes."""
     rng = random.Random(setup.cfg.trainer.seed + 17)
-    tasks = [rng.choice(setup.train_tasks) for _ in range(num_tasks)]
+    tasks = [rng.choice(expert_tasks(setup.train_tasks, "warm start")) for _ in range(num_tasks)]
     act = expert_actor(setup.fmt, setup.tokenizer)
     episodes = play(setup, tasks, [f"expert:{i}" for i in range(len(tasks))], act, seed=0)
     demos = [samples for samples in episodes if samples[0].metrics["success"] >= 1.0]

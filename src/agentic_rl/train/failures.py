@@ -164,7 +164,8 @@ def learn_from_failures(
     (against a frozen copy of itself). Writes the pairs to OUT/failure_pairs.jsonl."""
     cfg = setup.cfg
     rng = random.Random(cfg.trainer.seed + 29)
-    tasks = [rng.choice(setup.train_tasks) for _ in range(cfg.dpo.failure_tasks)]
+    playable = collect.expert_tasks(setup.train_tasks, "failure pairs")  # the fix is the expert's
+    tasks = [rng.choice(playable) for _ in range(cfg.dpo.failure_tasks)]
     groups = [f"failure:{i}:{task.task_id}" for i, task in enumerate(tasks)]
     seed = cfg.trainer.seed * 100_000 + 7
     act = collect.policy_actor(

@@ -76,8 +76,8 @@ def test_task_generator_splits_are_disjoint_and_checked():
     )
     assert [t.fields["miniwob_task"] for t in train[:5]] == TASKS  # round-robin
     assert task_generator("miniwob") is make_miniwob_tasks
-    with pytest.raises(ValueError, match="book-flight"):
-        make_miniwob_tasks("train", 2, tasks="click-button,book-flight")
+    with pytest.raises(ValueError, match="click-buton.*did you mean click-button"):
+        make_miniwob_tasks("train", 2, tasks="click-button,click-buton")
 
 
 def test_page_text_is_compact_with_ids():

@@ -1,5 +1,10 @@
 """MiniWoB++ web tasks (Liu et al. 2018; the `miniwob` package's HTML pages) in headless Chromium.
 
+Tasks: any task page of the installed `miniwob` package can be named (`tasks`, comma-separated;
+`all` is the benchmark's task set, the pages the package registers). Five have scripted
+experts (experts.py); the others are marked `has_expert=False`, so warm starts and failure
+pairs use the experts where they exist and say which tasks they leave out.
+
 An episode is one task page at one page seed. The agent reads the task's utterance and the
 page as compact text with element ids (page.py) and writes one action per turn,
 `<action>click(3)</action>` (actions.py). The page itself judges the episode: MiniWoB's
@@ -13,7 +18,10 @@ Time and step limits: MiniWoB's in-page timer (10 s by default, which a CPU-samp
 meet) is set to `episode_time_s`; after `max_steps` executed actions the episode is truncated;
 browser calls have page-load and script time limits (driver.py). A malformed action, an id
 that is not on the page or an element that cannot take the action is a model error: an error
-observation with the page, `-format_penalty` and the counted `invalid_action` metric.
+observation with the page, `-format_penalty` and the counted `invalid_action` metric (its
+reason cut to MAX_WHY characters, as it may quote the model's text). Whenever the page has
+ended the episode (MiniWoB's `done`, also after an action that failed or by the page's timer),
+the env stops with the page's reward.
 
 Determinism: each task fixes its page seed (`Math.seedrandom`), so a reset always builds the
 same page, the same ids and the same expert actions; train and eval tasks use disjoint seeds
@@ -36,7 +44,9 @@ text policy pays nothing for it.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
+import re
 import time
 from collections.abc import Hashable, Sequence
 from pathlib import Path
@@ -49,7 +59,7 @@ from agentic_rl.envs.browser.actions import (
     parse_browser_action,
 )
 from agentic_rl.envs.browser.driver import BrowserDied, BrowserPool, Lease, shared_pool
-from agentic_rl.envs.browser.experts import EXPERTS
+from agentic_rl.envs.browser.experts import EXPERTS, ExpertError
 from agentic_rl.envs.browser.page import Snapshot, take_snapshot
 from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.vision.scenes import default_image_dir
@@ -62,12 +72,14 @@ SUCCESS_REWARD = 1.0 - 1e-6  # MiniWoB's raw reward is 1.0 exactly on success
 MAX_ATTEMPTS = 3  # an action is tried on this many fresh browsers before the episode fails
 SCREENSHOT_SIZE = (160, 210)  # width, height: MiniWoB's task area (#wrap) at CSS scale
 SCREENSHOT_NOTE = "Screenshot of the page:"  # the image placeholders follow this text
+MAX_WHY = 200  # characters of an error's reason in the observation (it may quote the model)
 
 SYSTEM_PROMPT = (
     "You are a web agent. Read the task and the page, then act on the page. Elements have ids "
     "in brackets. Each turn, write exactly one action inside <action></action>:\n"
     'click(ID) clicks element ID; type(ID, "text") types text into field ID; '
-    'press("Enter") presses a key; scroll("down") or scroll("up") scrolls.\n'
+    'select(ID, "option") chooses an option of list ID; press("Enter") presses a key; '
+    'scroll("down") or scroll("up") scrolls.\n'
     "Example: <action>click(2)</action>"
 )
 
@@ -98,15 +110,50 @@ def html_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "html" / "miniwob"
 
 
+def page_names() -> list[str]:
+    """Every MiniWoB++ task page the installed `miniwob` package ships (`html/miniwob/*.html`),
+    sorted; without the package, the tasks with a scripted expert (their pages cannot load
+    until it is installed, which reset() says)."""
+    try:
+        folder = html_dir()
+    except MiniWoBUnavailable:
+        return sorted(EXPERTS)
+    return sorted(p.stem for p in folder.glob("*.html"))
+
+
+def suite_names() -> list[str]:
+    """The benchmark's task set (`tasks: all`): the pages the installed package registers as
+    Gymnasium envs (`miniwob/NAME-v1` in its registration.py, read as text: importing it
+    registers them all); every page where that file cannot be read. The package also ships
+    a few pages it does not register (e.g. chase-circle, simon-says): they can be named."""
+    pages = page_names()
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        return pages
+    registration = Path(list(spec.submodule_search_locations)[0]) / "registration.py"
+    try:
+        registered = set(re.findall(r'id="miniwob/([^"]+)-v1"', registration.read_text()))
+    except OSError:
+        return pages
+    return [p for p in pages if p in registered] or pages
+
+
 def task_names(tasks: str | Sequence[str]) -> list[str]:
-    """The task list of the `tasks` option (comma-separated or a list), checked."""
+    """The task list of the `tasks` option (comma-separated or a list; `all` is the
+    benchmark's task set, `suite_names`), checked against the installed package's pages."""
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
     names = [n for n in names if n]
-    unknown = [n for n in names if n not in EXPERTS]
+    if names == ["all"]:
+        return suite_names()
+    known = page_names()
+    unknown = [n for n in names if n not in known]
     if not names or unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=3) if unknown else []
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ValueError(
             f"env.options.tasks: unknown MiniWoB++ task(s) {', '.join(unknown) or '(none given)'}"
-            f"; tasks with a scripted expert: {', '.join(EXPERTS)}"
+            f"{hint}; name any of the {len(known)} task pages of the installed miniwob package "
+            f"(e.g. {', '.join(known[:4])}, ...), or `all` for the benchmark's task set"
         )
     return names
 
@@ -129,7 +176,11 @@ def make_miniwob_tasks(
                 prompt=name,
                 # MiniWoB judges success in the page; `<answer>` only ends (gives up) an episode.
                 answers=["done"],
-                fields={"miniwob_task": name, "page_seed": page_seed},
+                fields={
+                    "miniwob_task": name,
+                    "page_seed": page_seed,
+                    "has_expert": name in EXPERTS,  # the warm start demonstrates these only
+                },
             )
         )
     return out
@@ -311,8 +362,8 @@ class MiniWoBEnv:
     def reset(self, task: Task, seed: int) -> Observation:
         """Open the task's page; `seed` is unused (the task fixes the page seed)."""
         del seed
-        if task.fields.get("miniwob_task") not in EXPERTS:
-            raise ValueError(f"task {task.task_id} is not a MiniWoB++ task of this env")
+        if not isinstance(task.fields.get("miniwob_task"), str):
+            raise ValueError(f"task {task.task_id} is not a MiniWoB++ task (no miniwob_task)")
         self._release()
         self.task, self.history, self.steps, self.done = task, [], 0, False
         self.snapshot = self._run(take_snapshot)  # opens the page (and survives a dead browser)
@@ -350,20 +401,17 @@ class MiniWoBEnv:
             return self._invalid(str(err))
         try:
             self._run(execute, parsed)
-        except BrowserActionError as err:
-            self.history.append(parsed)
-            self.snapshot = self._run(take_snapshot)
-            return self._invalid(str(err), {"action_error": 1})
+            error = ""
+        except BrowserActionError as err:  # the model's mistake: shown to it, not a crash
+            error = str(err)
         self.history.append(parsed)
-        self.steps += 1
         self.snapshot = self._run(take_snapshot)
         info: dict[str, Any] = {"tool_call": 1, "infra_failures": self.infra_failures}
-        if self.snapshot.done:
-            self.done = True
-            self._release()
-            success = self.snapshot.raw_reward >= SUCCESS_REWARD
-            info["success"] = float(success)
-            return StepResult(None, self.snapshot.raw_reward, terminated=True, info=info)
+        if self.snapshot.done:  # MiniWoB ended the episode (also by an action that then failed)
+            return self._ended({**info, **({"action_error": 1} if error else {})})
+        if error:
+            return self._invalid(error, {"action_error": 1}, fresh=False)
+        self.steps += 1
         if self.steps >= self.max_steps:
             self.done = True
             self._release()
@@ -379,9 +427,26 @@ class MiniWoBEnv:
             info=info,
         )
 
-    def _invalid(self, why: str, extra: dict[str, Any] | None = None) -> StepResult:
-        if self.snapshot is None:
+    def _ended(self, info: dict[str, Any]) -> StepResult:
+        """The page ended the episode: MiniWoB's raw reward, success when it is 1; the env
+        stops (its tab goes back to the pool)."""
+        assert self.snapshot is not None
+        self.done = True
+        self._release()
+        info["success"] = float(self.snapshot.raw_reward >= SUCCESS_REWARD)
+        return StepResult(None, self.snapshot.raw_reward, terminated=True, info=info)
+
+    def _invalid(
+        self, why: str, extra: dict[str, Any] | None = None, fresh: bool = True
+    ) -> StepResult:
+        """An error observation with the page (read afresh unless `fresh=False`: the page may
+        have ended the episode meanwhile, e.g. by its timer, which ends it here too) and the
+        format penalty. `why` is cut to MAX_WHY characters: it may echo the model's text."""
+        if fresh or self.snapshot is None:
             self.snapshot = self._run(take_snapshot)
+        if self.snapshot.done:
+            return self._ended({"invalid_action": 1, **(extra or {})})
+        why = why if len(why) <= MAX_WHY else why[: MAX_WHY - 3] + "..."
         message = (
             f"Invalid action: {why}. Write one action like <action>click(2)</action>.\n"
             f"{self.snapshot.render()}"
@@ -395,9 +460,16 @@ class MiniWoBEnv:
         )
 
     def expert_action(self) -> BrowserAction:
-        """The scripted expert's next action at the current page (experts.py)."""
+        """The scripted expert's next action at the current page (experts.py); ExpertError for
+        a task without one (only those in EXPERTS have one)."""
         assert self.task is not None and self.snapshot is not None, "reset() first"
-        return EXPERTS[self.task.fields["miniwob_task"]](self.snapshot)
+        name = self.task.fields["miniwob_task"]
+        if name not in EXPERTS:
+            raise ExpertError(
+                f"MiniWoB++ task {name} has no scripted expert (those with one: "
+                f"{', '.join(EXPERTS)})"
+            )
+        return EXPERTS[name](self.snapshot)
 
     def expert_turn(self) -> str:
         """The scripted expert's next turn, e.g. `<action>click(3)</action>`."""
