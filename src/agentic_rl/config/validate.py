@@ -12,7 +12,6 @@ in checks.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, Estimator
@@ -316,19 +315,16 @@ def _validate_policy_loss(cfg: Config) -> None:
 
 
 def _validate_distill(cfg: Config) -> None:
-    """distill.*: a teacher directory that exists, a positive weight, and a run that can give
-    the per-token term its meaning (token-level loss, one learner process)."""
+    """distill.*: a positive weight, and a run that can give the per-token term its meaning
+    (token-level loss, one learner process). The teacher directory itself is checked when the
+    run starts, before any model loads (train/distill.py `teacher_checkpoint`): a recipe may
+    name a run that does not exist yet."""
     distill = cfg.distill
     if not distill.teacher:
         _unused(
             cfg, ["distill.coef", "distill.task_reward"], "distill.teacher is empty (no teacher)"
         )
         return
-    if not Path(distill.teacher).is_dir():
-        raise ConfigError(
-            f"distill.teacher={distill.teacher}: no such directory (a Hugging Face model "
-            "directory, a checkpoint or a run directory)"
-        )
     if distill.coef <= 0:
         raise ConfigError(f"distill.coef must be > 0, got {distill.coef}")
     if POLICY_LOSSES[cfg.algo.policy_loss].sequence_level:

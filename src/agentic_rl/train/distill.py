@@ -26,13 +26,33 @@ if TYPE_CHECKING:
     from agentic_rl.train.setup import Setup
 
 
+def teacher_checkpoint(cfg: Config) -> Path | None:
+    """Check `distill.teacher` before any model loads: None for a Hugging Face model directory
+    (config.json), else the checkpoint to load (the directory itself, or a run directory's
+    latest). A ConfigError names the key and what a teacher may be."""
+    path = Path(cfg.distill.teacher)
+    if (path / "config.json").is_file():
+        return None
+    from agentic_rl.checkpoint.layout import CheckpointError
+
+    try:
+        return resolve_checkpoint(path)
+    except CheckpointError as err:
+        raise ConfigError(
+            f"distill.teacher={path}: not a Hugging Face model directory (no config.json) and "
+            f"not a checkpoint or run directory ({err}); train the teacher first, e.g. "
+            "`agentic-rl train search_qa_grpo`, or point it at a model directory"
+        ) from err
+
+
 def load_teacher(cfg: Config, tokenizer: Any, device: torch.device) -> nn.Module:
     """The frozen teacher of `distill.teacher`: a Hugging Face model directory (config.json),
     or a checkpoint / run directory (its latest checkpoint) loaded with that run's model
     settings. The teacher must score the student's token ids, so its vocabulary must be the
     student's; otherwise a ConfigError names both."""
     path = Path(cfg.distill.teacher)
-    if (path / "config.json").is_file():
+    checkpoint = teacher_checkpoint(cfg)
+    if checkpoint is None:
         teacher, teacher_tokenizer = load_policy(
             dataclasses.replace(cfg.model, name=str(path), lora_rank=0)
         )
@@ -41,7 +61,6 @@ def load_teacher(cfg: Config, tokenizer: Any, device: torch.device) -> nn.Module
         from agentic_rl.checkpoint.layout import is_sharded
         from agentic_rl.checkpoint.sharded import load_full_policy
 
-        checkpoint = resolve_checkpoint(path)  # CheckpointError names the path
         teacher, teacher_tokenizer = load_policy(run_model_config(checkpoint))
         if is_sharded(checkpoint):
             load_full_policy(checkpoint, teacher)

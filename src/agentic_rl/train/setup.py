@@ -29,7 +29,7 @@ from agentic_rl.model.lora import is_lora, unwrap
 from agentic_rl.model.tokens import check_prefix_preserving
 from agentic_rl.scale.ray_generator import RayGenerator
 from agentic_rl.scale.ray_pool import EnvPool
-from agentic_rl.train.distill import load_teacher
+from agentic_rl.train.distill import load_teacher, teacher_checkpoint
 from agentic_rl.types import Task
 
 
@@ -108,6 +108,8 @@ def build(cfg: Config) -> Setup:
     format. The user's own inputs (task files, level files, env ids, env options) are read and
     checked first: a bad one fails in seconds, not after the model has loaded."""
     train_tasks, eval_tasks = make_tasks(cfg, "train"), make_tasks(cfg, "eval")
+    if cfg.distill.teacher:
+        teacher_checkpoint(cfg)  # a missing teacher fails before any model loads
     tools = make_envs(cfg, 1)[0].tools
     torch.manual_seed(cfg.trainer.seed)
     device = resolve_device(cfg)  # trainer.device: the reference and critic follow the policy
