@@ -21,7 +21,27 @@ EXAMPLES = {
         ["--out", "{out}", "--questions", "1", "--group-size", "2", "--max-tokens", "4"],
         [r"q0-0-0: reward -?\d\.\d{3}, \d+ tool calls", r"GRPO update on 2 episodes"],
     ),
-}
+    "own_levels.py": (
+        ["--out", "{out}"],
+        [r"sokoban-file-train-1: shortest plan 'Right Right Right'", r"check_env: ok",
+         r"refused: .*levels\.xsb: level 2's shortest plan takes 3 moves"],
+    ),
+    "own_task_file.py": (
+        ["--out", "{out}"],
+        [r"memagent rows need: question, answers, context", r"docs-1: Where does Bob live\?",
+         r"refused: .*no_context\.jsonl: row 0: missing column 'context'"],
+    ),
+    "gymnasium_env.py": (
+        [],
+        [r"\[B:passenger\]|\[[RGYB]:passenger", r":destination\]", r"CliffWalking: success 1\.0",
+         r"refused: Gymnasium env 'CartPole-v1' has no text rendering"],
+    ),
+    "own_picture.py": (
+        ["--out", "{out}"],
+        [r"observation with 1 picture: .*chart\.png",
+         r"refused: image .*broken\.png is not a readable picture"],
+    ),
+}  # fmt: skip
 SLOW = {"byo_agent.py"}  # starts its own policy server (also run in-process by tests/serving)
 
 

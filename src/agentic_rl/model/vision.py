@@ -374,9 +374,11 @@ def decode_image(data: bytes, path: str) -> Any:
         with Image.open(io.BytesIO(data)) as image:
             return image.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        unknown = isinstance(err, Image.UnidentifiedImageError)  # its text names a BytesIO
+        reason = "no image format recognised" if unknown else f"{type(err).__name__}: {err}"
         raise ImageError(
-            f"image {path} is not a readable picture ({type(err).__name__}: {err}): a "
-            "truncated or corrupt file, or not an image (PNG, JPEG, ... that PIL opens)"
+            f"image {path} is not a readable picture ({reason}): a truncated or corrupt "
+            "file, or not an image (PNG, JPEG, ... that PIL opens)"
         ) from None
 
 
