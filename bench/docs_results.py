@@ -217,26 +217,59 @@ def runs_headline(data: dict[str, Any], name: str) -> str:
 
 def learning_table(data: dict[str, Any], name: str) -> str:
     """A `bench/learning.py` results file: the held-out metric before training, after the warm
-    start and after RL for each seed, and the RL gain (after RL minus the warm start)."""
+    start and after RL for each seed, the RL gain (after RL minus the warm start, or minus the
+    start where the recipe has no warm start), and a last row with the mean over seeds and their
+    range (min-max)."""
     metric = data.get("metric", "success")
     head = ["seed", "before", "after the warm start", f"after {data['rl_steps']} RL steps"]
     head.append("RL gain")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for seed in data["seeds"]:
-        gain = 100 * (seed["after_rl"] - seed["warm_start"])
-        row = [str(seed["seed"])] + [format_value(seed[k], "pct") for k in _LEARNING_POINTS]
-        lines.append("| " + " | ".join(row + [f"{gain:+.0f} points"]) + " |")
-    gain = data.get("rl_gain")
+    seeds = data["seeds"]
+    for seed in seeds:
+        row = [str(seed["seed"])] + [_maybe_pct(seed[k]) for k in _LEARNING_POINTS]
+        gain = _seed_gain(seed)
+        lines.append("| " + " | ".join(row + [_points(gain)]) + " |")
+    if len(seeds) > 1:
+        row = [f"mean of {len(seeds)} (min-max)"]
+        for key in _LEARNING_POINTS:
+            row.append(_spread([s[key] for s in seeds if s[key] is not None], _pct))
+        gains = [g for g in map(_seed_gain, seeds) if g is not None]
+        row.append(_spread(gains, _points))
+        lines.append("| " + " | ".join(row) + " |")
     tail = f"held-out {metric} on {data['held_out_tasks']} tasks, greedy"
+    gain = data.get("rl_gain")
     if gain:
         tail += (
-            f"; RL gain over seeds: mean {100 * gain['mean']:+.0f} points"
-            f" (min {100 * gain['min']:+.0f}, max {100 * gain['max']:+.0f})"
+            f"; RL gain over seeds: mean {_points(gain['mean'])}"
+            f" (min {_points(gain['min'])}, max {_points(gain['max'])})"
         )
-    commands = sorted({_command(s["command"]) for s in data["seeds"] if "command" in s})
+    commands = sorted({_command(s["command"]) for s in seeds if "command" in s})
     lines += ["", f"{tail} ({name})."]
     lines += [f"`{c}`" for c in commands[:1]]
     return "\n".join(lines)
+
+
+def _maybe_pct(x: float | None) -> str:
+    return "-" if x is None else _pct(x)
+
+
+def _points(x: float | None) -> str:
+    """A difference of fractions in percentage points: 0.2 -> +20 points."""
+    return "-" if x is None else f"{100 * x:+.0f} points"
+
+
+def _seed_gain(seed: dict[str, Any]) -> float | None:
+    """after_rl minus the warm start (minus before where the recipe has no warm start)."""
+    start = seed["warm_start"] if seed.get("warm_start") is not None else seed.get("before")
+    return None if start is None or seed.get("after_rl") is None else seed["after_rl"] - start
+
+
+def _spread(values: list[float], fmt: Callable[[float], str]) -> str:
+    """``mean (min-max)`` of ``values`` written with ``fmt``; "-" for none."""
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    return f"{fmt(mean)} ({fmt(min(values))} to {fmt(max(values))})"
 
 
 _LEARNING_POINTS = ("before", "warm_start", "after_rl")
@@ -246,11 +279,15 @@ def learning_headline(data: dict[str, Any], name: str) -> str:
     """One line: the mean over seeds before, after the warm start and after RL, and the RL
     gain's range over seeds."""
     seeds = data["seeds"]
-    means = [sum(s[k] for s in seeds) / len(seeds) for k in _LEARNING_POINTS]
+    means = []
+    for key in _LEARNING_POINTS:
+        values = [s[key] for s in seeds if s.get(key) is not None]
+        means.append(_pct(sum(values) / len(values)) if values else None)
+    points = [means[0]] + ([f"{means[1]} (warm start)"] if means[1] else [])
+    points.append(f"{means[2]} ({data['rl_steps']} RL steps)")
     text = (
-        f"held-out {data.get('metric', 'success')} {_pct(means[0])} → {_pct(means[1])} (warm start)"
-        f" → {_pct(means[2])} ({data['rl_steps']} RL steps), mean of {len(seeds)} seed"
-        f"{'s' * (len(seeds) != 1)}"
+        f"held-out {data.get('metric', 'success')} {' → '.join(p for p in points if p)}, mean of"
+        f" {len(seeds)} seed{'s' * (len(seeds) != 1)}"
     )
     gain = data.get("rl_gain")
     if gain:

@@ -19,9 +19,24 @@ from docs_results import DocsSourceError  # noqa: E402
 
 def test_generated_pages_equal_the_generator_output():
     files = docs_tables.generate()
-    differ = [str(p.relative_to(ROOT)) for p, t in files.items() if p.read_text() != t]
+    differ = [str(p.relative_to(ROOT)) for p, t in files.items() if docs_tables.differs(p, t)]
     assert not differ, f"out of date (run `make docs` and commit): {differ}"
     assert not docs_tables.stale_pages(files)
+
+
+def test_every_benchmark_page_is_generated_from_a_source():
+    sources = sorted(p.name for p in (ROOT / "docs" / "sources" / "benchmarks").glob("*.md"))
+    assert "index.md" in sources
+    for name in sources:
+        assert docs_tables.is_generated(ROOT / "docs" / "benchmarks" / name), name
+
+
+def test_every_recipe_page_says_how_it_departs_from_its_paper():
+    for name in docs_tables.recipe_names():
+        text = (ROOT / "docs" / "recipes" / f"{name}.md").read_text()
+        section = text.split(docs_tables.DEPARTURES, 1)
+        assert len(section) == 2, f"{name}: no departures section"
+        assert len(section[1].split("\n## ", 1)[0].strip()) > 80, f"{name}: an empty section"
 
 
 def test_every_recipe_has_a_page():
@@ -129,6 +144,64 @@ def test_learning_headline_by_hand():
         " RL gain +0 to +20 points"
     )
     assert "| 0 | 0% | 50% | 70% | +20 points |" in docs_results.learning_table(data, "l")
+
+
+def test_learning_table_has_a_mean_and_range_row_and_tolerates_no_warm_start():
+    seeds = [
+        {"seed": 0, "before": 0.1, "warm_start": None, "after_rl": 0.3},
+        {"seed": 1, "before": 0.2, "warm_start": None, "after_rl": 0.2},
+    ]
+    data = {"rl_steps": 10, "held_out_tasks": 20, "seeds": seeds, "metric": "success"}
+    table = docs_results.learning_table(data, "l")
+    assert "| 0 | 10% | - | 30% | +20 points |" in table
+    assert (
+        "| mean of 2 (min-max) | 15% (10% to 20%) | - | 25% (20% to 30%)"
+        " | +10 points (+0 points to +20 points) |"
+    ) in table
+    assert docs_results.learning_headline(data, "l") == (
+        "held-out success 15% → 25% (10 RL steps), mean of 2 seeds"
+    )
+
+
+def test_departures_start_at_the_first_scaled_or_differences_sentence(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    header = (
+        "# X (a paper): the method <search> stops.\n# Faithful: the reward.\n"
+        "# Scaled down for a CPU: 2 x 8 samples, `<tag>` kept; 5 * 3.\nalgo: {}\n# not header\n"
+    )
+    (tmp_path / "recipes" / "x.yaml").write_text(header)
+    assert docs_tables.departures("x", tmp_path) == (
+        "Scaled down for a CPU: 2 x 8 samples, `<tag>` kept; 5 \\* 3."
+    )
+    (tmp_path / "recipes" / "y.yaml").write_text("# Y: only what it does.\n")
+    assert docs_tables.departures("y", tmp_path) is None
+    assert docs_tables.header_prose("y", tmp_path) == "Y: only what it does."
+
+
+def test_figures_link_the_copy_relative_to_the_page_and_name_a_missing_one(tmp_path):
+    (tmp_path / "learning").mkdir()
+    (tmp_path / "learning" / "k.png").write_bytes(b"png")
+    page = docs_tables.PAGES / "r.md"
+    text = docs_tables.figures("[[figure: learning/k.png|the curve]]", "s.md", tmp_path, page)
+    assert text == "![the curve](../assets/results/learning/k.png)"
+    readme = docs_tables.figures("[[figure: learning/k.png|c]]", "s.md", tmp_path, ROOT / "R.md")
+    assert readme == "![c](docs/assets/results/learning/k.png)"
+    assert docs_tables.assets(tmp_path) == {docs_tables.ASSETS / "learning" / "k.png": b"png"}
+    with pytest.raises(DocsSourceError, match=r"s\.md: \[\[figure: gone\.png\]\]"):
+        docs_tables.figures("[[figure: gone.png|c]]", "s.md", tmp_path, page)
+
+
+def test_a_learning_file_gives_its_recipe_a_learning_section(tmp_path):
+    (tmp_path / "learning").mkdir()
+    (tmp_path / "learning" / "k.json").write_text('{"recipe": "r"}')
+    (tmp_path / "learning" / "k.png").write_bytes(b"png")
+    (tmp_path / "learning" / "other.json").write_text('{"recipe": "s"}')
+    assert docs_tables.learning_files("r", tmp_path) == ["learning/k.json"]
+    section = docs_tables.learning_section("r", tmp_path)
+    assert section.startswith("## Learning\n")
+    assert "[[learning: learning/k.json]]" in section
+    assert "[[figure: learning/k.png|" in section
+    assert docs_tables.learning_section("t", tmp_path) == ""
 
 
 def test_conditionals_follow_the_results_file(tmp_path):
