@@ -233,3 +233,14 @@ def test_tasks_without_an_expert_play_and_check_env_passes_on_a_mix(pool):
     tasks = make_miniwob_tasks("eval", 2, tasks="click-button,click-tab")
     skipped = check_env(MiniWoBEnv(pool=pool), tasks, max_expert_turns=8)
     assert any("has_expert=false" in s for s in skipped)
+
+
+@needs_miniwob
+def test_warm_start_uses_experts_where_they_exist_and_says_where_not(capsys):
+    from agentic_rl.train.collect import expert_tasks
+
+    tasks = make_miniwob_tasks("train", 4, tasks="click-button,click-tab-2")
+    assert [t.prompt for t in expert_tasks(tasks, "warm start")] == ["click-button"] * 2
+    assert "no scripted expert for click-tab-2" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no training task has a scripted expert"):
+        expert_tasks(make_miniwob_tasks("train", 2, tasks="click-tab-2"), "warm start")

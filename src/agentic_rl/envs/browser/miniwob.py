@@ -247,6 +247,7 @@ class MiniWoBEnv:
         self.snapshot: Snapshot | None = None
         self.steps = 0
         self.done = False
+        self._reported = False
         self.infra_failures = 0  # browsers lost under this env (replayed on a fresh one)
 
     @property
@@ -366,6 +367,7 @@ class MiniWoBEnv:
             raise ValueError(f"task {task.task_id} is not a MiniWoB++ task (no miniwob_task)")
         self._release()
         self.task, self.history, self.steps, self.done = task, [], 0, False
+        self._reported = False  # the episode's env/success@TASK key (see step)
         self.snapshot = self._run(take_snapshot)  # opens the page (and survives a dead browser)
         user = f"Task: {self.snapshot.utterance}\nPage:\n{self.snapshot.render()}"
         return self._with_screenshot(
@@ -383,6 +385,22 @@ class MiniWoBEnv:
         return (self.snapshot.utterance, self.snapshot.render())
 
     def step(self, action: Action) -> StepResult:
+        """One action (module doc). Every episode also reports its success under its task's
+        name, `env/success@TASK` (0 on its first step, its success on its last: the steps'
+        sum is the episode's success), which evaluations average over that task's episodes
+        (train/summary.py: a subset metric): the per-task success of the suite eval."""
+        first = not self._reported
+        result = self._step(action)
+        assert self.task is not None
+        key = f"env/success@{self.task.fields['miniwob_task']}"
+        if result.terminated or result.truncated:
+            result.info[key] = float(result.info.get("success", 0.0))
+        elif first:
+            result.info[key] = 0.0
+        self._reported = True
+        return result
+
+    def _step(self, action: Action) -> StepResult:
         if self.task is None:
             raise RuntimeError("step() called before reset()")
         if self.done:
