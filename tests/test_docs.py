@@ -252,3 +252,33 @@ def test_included_files_exist_and_examples_are_run_by_the_tests():
         assert (ROOT / name).is_file(), name
         if name.startswith("examples/"):
             assert Path(name).name in EXAMPLES, f"{name} is included but not run by the tests"
+
+
+def test_sphinx_roles_become_code_links_and_unknown_names_plain_code():
+    import docs_roles
+
+    known = {"grpo_advantages": "agentic_rl.algos.advantages.grpo_advantages"}
+    text = ":func:`grpo_advantages` and :func:`~agentic_rl.algos.losses.kl_penalty`; :mod:`nope`"
+    assert docs_roles.roles_to_markdown(text, lambda n: known.get(n, n if "." in n else None)) == (
+        '<autoref identifier="agentic_rl.algos.advantages.grpo_advantages" optional>'
+        "<code>grpo_advantages</code></autoref> and "
+        '<autoref identifier="agentic_rl.algos.losses.kl_penalty" optional>'
+        "<code>kl_penalty</code></autoref>; `nope`"
+    )
+    assert docs_roles.roles_to_markdown("a :ref: b `c`", lambda n: n) == "a :ref: b `c`"
+
+
+def test_no_sphinx_role_is_left_in_the_algorithm_docstrings_after_the_extension():
+    import docs_roles
+    import griffe
+
+    package = griffe.load("agentic_rl.algos", search_paths=[ROOT / "src"])
+    docs_roles.SphinxRoles().on_package(pkg=package, loader=None)
+    left = [
+        obj.path
+        for obj in docs_roles._walk(package)
+        if obj.docstring is not None and docs_roles.ROLE.search(obj.docstring.value)
+    ]
+    assert not left
+    losses = package["losses"]
+    assert "<code>aggregate_loss</code>" in losses.docstring.value
