@@ -34,6 +34,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import random
 import re
@@ -339,10 +340,23 @@ def reported_user_texts() -> frozenset[str]:
     return frozenset(user_text(e) for c in SINGLE_TURN_EVAL for e in entries(c).values())
 
 
-def single_turn_train_ids(category: str) -> list[str]:
-    """Training entries of a live category: those whose user text no reported entry has."""
+def prompt_chars(test_entry: dict[str, Any]) -> int:
+    """The length of an entry's function docs (as BFCL's prompt shows them, JSON indented by
+    4) and messages, in characters: how long its prompt is, without a tokenizer."""
+    messages = sum(len(m["content"]) for turn in test_entry["question"] for m in turn)
+    return len(json.dumps(test_entry["function"], indent=4)) + messages
+
+
+def single_turn_train_ids(category: str, max_prompt_chars: int = 0) -> list[str]:
+    """Training entries of a live category: those whose user text no reported entry has (and,
+    with `max_prompt_chars` > 0, whose prompt is at most that long)."""
     reported = reported_user_texts()
-    return [i for i, e in entries(category).items() if user_text(e) not in reported]
+    return [
+        i
+        for i, e in entries(category).items()
+        if user_text(e) not in reported
+        and (max_prompt_chars <= 0 or prompt_chars(e) <= max_prompt_chars)
+    ]
 
 
 def _task(entry_id: str, answers: list[str]) -> Task:
@@ -358,11 +372,14 @@ def make_bfcl_tasks(
     *,
     eval_categories: Sequence[str] = SINGLE_TURN_EVAL,
     train_categories: Sequence[str] = SINGLE_TURN_TRAIN,
+    max_train_prompt_chars: int = 0,
 ) -> list[Task]:
     """Single-turn tasks. "eval": entries of `eval_categories` in BFCL's order, one category
     after the other in turn (n <= 0: all of them); "train": entries of the live
-    `train_categories`, shuffled by `seed` within each category, then taken in turn. Each
-    task's answer is the expert's reply (an accepted call list)."""
+    `train_categories` (with `max_train_prompt_chars` > 0, only those whose function docs and
+    question are at most that many characters: long prompts are slow on a CPU), shuffled by
+    `seed` within each category, then taken in turn. Evaluation entries are never filtered.
+    Each task's answer is the expert's reply (an accepted call list)."""
     if split == "eval":
         cats = _check_categories("eval_categories", eval_categories, SINGLE_TURN_EVAL)
         groups = [list(entries(c)) for c in cats]
@@ -370,7 +387,7 @@ def make_bfcl_tasks(
         cats = _check_categories("train_categories", train_categories, SINGLE_TURN_TRAIN)
         groups = []
         for i, c in enumerate(cats):
-            ids = single_turn_train_ids(c)
+            ids = single_turn_train_ids(c, max_train_prompt_chars)
             random.Random(seed * 1000 + i).shuffle(ids)
             groups.append(ids)
     chosen = _take(_round_robin(groups), n, f"the BFCL {split} categories {', '.join(cats)}")
