@@ -49,7 +49,10 @@ class AlgoConfig:
     kl_estimator: str = "k3"
     """KL estimator: k1, k2, k3 (k3 = the 'low-variance' estimator used by GRPO)."""
     kl_in_reward: bool = False
-    """Apply the KL as a per-token reward penalty instead of a loss term."""
+    """Apply the KL as a per-token reward penalty instead of a loss term. It is taken against
+    the learner's pi_old, recomputed before the advantages (as veRL does); with
+    algo.recompute_old_logprobs=false pi_old is the generator's logprobs, refused where they
+    are of another distribution (`generator_differs`)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (subtracted from the loss)."""
     gamma: float = 1.0
@@ -157,6 +160,25 @@ a test keeps the two equal): "auto" corrects them per sequence."""
 BANDED_CORRECTIONS)."""
 
 
+def generator_differs(cfg: Config) -> list[str]:
+    """The settings that make the generator's behaviour logprobs those of another distribution
+    than the learner's (empty: the same one, up to float rounding): another engine
+    (rollout.backend=vllm), another precision, or top-p sampling, whose logprobs are of the
+    renormalised nucleus (backends/hf.py), each named as `key=value` for messages."""
+    rollout, learner = cfg.rollout, cfg.learner
+    out = []
+    if rollout.backend == "vllm":
+        out.append("rollout.backend=vllm")
+    if rollout.mixed_precision != learner.mixed_precision:
+        out.append(
+            f"rollout.mixed_precision={rollout.mixed_precision} vs "
+            f"learner.mixed_precision={learner.mixed_precision}"
+        )
+    if rollout.top_p < 1:
+        out.append(f"rollout.top_p={rollout.top_p:g}")
+    return out
+
+
 def rollout_correction(cfg: Config) -> tuple[str, float]:
     """The rollout correction a run applies and its cap C: `algo.rollout_correction` with
     "auto" resolved (see its docstring) and `algo.rollout_correction_cap` 0 made the mode's
@@ -166,11 +188,7 @@ def rollout_correction(cfg: Config) -> tuple[str, float]:
         return "tis", algo.stale_is_cap
     mode = algo.rollout_correction
     if mode == "auto":
-        differs = (
-            rollout.backend == "vllm"
-            or rollout.mixed_precision != cfg.learner.mixed_precision
-            or rollout.top_p < 1
-        )
+        differs = bool(generator_differs(cfg))
         if not differs or not algo.recompute_old_logprobs or rollout.train_on_observations:
             return "none", 0.0
         mode = "mis_seq_geo" if algo.policy_loss in SEQUENCE_LOSSES else "tis"

@@ -15,6 +15,7 @@ from agentic_rl.algos.losses import POLICY_LOSSES
 from agentic_rl.config.algo import (
     CORRECTION_LOWS,
     ROLLOUT_CORRECTIONS,
+    generator_differs,
     rollout_correction,
     rollout_correction_low,
 )
@@ -70,6 +71,15 @@ def validate_update(cfg: Config) -> None:
             "rollout.train_on_observations needs algo.ppo_mini_batches=1 and "
             "algo.recompute_old_logprobs=true: observation tokens have no behaviour logprobs to "
             "be pi_old or to form a ratio with"
+        )
+    differs = generator_differs(cfg)
+    if algo.kl_in_reward and not algo.recompute_old_logprobs and differs:
+        raise ConfigError(
+            "algo.kl_in_reward takes the KL against pi_old, which with "
+            "algo.recompute_old_logprobs=false is the generator's behaviour logprobs, of another "
+            f"distribution here ({'; '.join(differs)}): every token would be charged that "
+            "mismatch as KL. Set algo.recompute_old_logprobs=true (pi_old is then recomputed "
+            "before the advantages)"
         )
     explicit = algo.rollout_correction not in ("auto", "none")
     if rollout.max_staleness > 0:

@@ -83,6 +83,8 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None  # [N, T] (kl_coef > 0)
     behav_logprobs: torch.Tensor | None = None  # [N, T] the generator's logprobs, kept: the
     # rollout correction and the mismatch metrics compare pi_old with them (0 off the mask)
+    old_recomputed: bool = False  # old_logprobs hold the learner's pi_old (recomputed), not
+    # the behaviour logprobs: learner/update.py recompute_old_logprobs, once per batch
     stale: bool = False  # samples may be from older weights (async rollouts, serve-policy):
     # the learner corrects them with decoupled PPO (scale/async_rollout.correct_stale)
     images: list[list[ImageRef]] | None = None  # [N] each row's images, in placeholder order

@@ -147,6 +147,28 @@ def sampling_temperature(cfg: Config) -> float:
     return cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
 
 
+def recompute_old_logprobs(
+    model: nn.Module, batch: TrainBatch, cfg: Config, dp: DataParallel | None = None
+) -> None:
+    """pi_old from the learner: the logprobs of every row of `batch` on the current weights, in
+    the update's precision and at the sampling temperature, into batch.old_logprobs (0 off the
+    mask; batch.old_recomputed marks it). Called once per batch: by `update` before its first
+    mini-batch, or earlier by the trainer when the KL in the reward must be taken against it
+    (train/batch.py prepare_batch, as veRL computes old_log_prob before the KL penalty)."""
+    device = next(model.parameters()).device
+    with autocast(cfg.learner.mixed_precision if dp is None else "no", device):
+        batch.old_logprobs, _ = forward_no_grad(
+            model,
+            batch,
+            cfg.model.logprob_chunk_size,
+            cfg.optim.micro_batch_size,
+            dp=dp,
+            share_prefix=cfg.model.share_prefix and dp is None,
+            temperature=sampling_temperature(cfg),
+        )
+    batch.old_recomputed = True
+
+
 def mini_batch_rows(n: int, count: int) -> list[torch.Tensor]:
     """The rows of each PPO mini-batch: 0..n-1 split in order into min(count, n) contiguous
     parts whose sizes differ by at most one (rows of a group or an episode stay together as far
@@ -204,26 +226,18 @@ def update(
     measurable = batch.behav_logprobs is not None and not cfg.rollout.train_on_observations
     mismatch = {"k3": 0.0, "tokens": 0.0, "max": 0.0}
     model.train()
-    if algo.recompute_old_logprobs and not on_policy:  # pi_old, once, before the first step
-        with autocast(precision, device):
-            batch.old_logprobs, _ = forward_no_grad(
-                model,
-                batch,
-                cfg.model.logprob_chunk_size,
-                cfg.optim.micro_batch_size,
-                dp=dp,
-                share_prefix=share_prefix,
-                temperature=sampling_temperature(cfg),
-            )
-        if measurable:
-            assert batch.behav_logprobs is not None
-            k3, delta = rollout_mismatch(batch.old_logprobs, batch.behav_logprobs, batch.loss_mask)
-            mismatch = {
-                "k3": float(k3.sum()),
-                "tokens": float(batch.loss_mask.sum()),
-                "max": float(delta.max()) if delta.numel() else 0.0,
-            }
-            measurable = False  # measured; else: on the first step's own forward passes
+    # pi_old, once, before the first step (unless the trainer already did, for the KL reward)
+    if algo.recompute_old_logprobs and not on_policy and not batch.old_recomputed:
+        recompute_old_logprobs(model, batch, cfg, dp)
+    if batch.old_recomputed and measurable:
+        assert batch.behav_logprobs is not None
+        k3, delta = rollout_mismatch(batch.old_logprobs, batch.behav_logprobs, batch.loss_mask)
+        mismatch = {
+            "k3": float(k3.sum()),
+            "tokens": float(batch.loss_mask.sum()),
+            "max": float(delta.max()) if delta.numel() else 0.0,
+        }
+        measurable = False  # measured; else: on the first step's own forward passes
     all_rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
     sums = {
         "loss": 0.0,

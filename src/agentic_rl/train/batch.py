@@ -12,7 +12,12 @@ from torch import nn
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.algos.losses import overlong_filter_mask
 from agentic_rl.learner.batch import Episodes, TrainBatch, collate_episodes, unmask_observations
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, sampling_temperature
+from agentic_rl.learner.update import (
+    compute_advantages,
+    forward_no_grad,
+    recompute_old_logprobs,
+    sampling_temperature,
+)
 from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast
 from agentic_rl.model.lora import adapter_disabled
@@ -56,6 +61,13 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
                 )
         if setup.value_head is not None:
             batch.old_values = old_values(setup, batch, share)
+    if cfg.algo.kl_in_reward and batch.ref_logprobs is not None and cfg.algo.recompute_old_logprobs:
+        # The KL in the reward is taken against the learner's pi_old, recomputed first (veRL
+        # computes old_log_prob before the KL penalty): the behaviour logprobs are of the
+        # sampler's distribution (top-p renormalised, another engine or precision), and would
+        # charge every token the mismatch. The update then reuses this pi_old. (Config refuses
+        # KL in the reward where pi_old is the behaviour logprobs of another distribution.)
+        recompute_old_logprobs(setup.policy, batch, cfg, setup.dp)
     compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.filters.overlong_filter:
         # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
