@@ -11,6 +11,10 @@ the results file with the functions here. Three ways a source names a number:
 - a learning table, ``[[learning: FILE.json]]``: a `bench/learning.py` file (held-out metric
   before, after the warm start and after RL per seed, and the RL gain over seeds).
 
+- a rows table, ``[[rows: FILE.json:PATH|header=key:FORMAT; header=key]]``: one table row per
+  item of the list at ``PATH`` (``FILE.json|...`` for a file that is a list), one column per
+  ``header=key`` (``key`` dotted inside the item, ``FORMAT`` as for a reference).
+
 Headlines (the README's one line per recipe) use ``[[runs-headline: FILE]]`` and
 ``[[learning-headline: FILE]]`` the same way. Everything here is pure: the caller passes a
 ``load(name) -> data`` function, so the tests can hand it dictionaries.
@@ -48,10 +52,15 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "min": lambda x: f"{x / 60:.1f} min",  # seconds shown as minutes
     "gib": lambda x: f"{x / 1024:.1f} GiB",  # MiB shown as GiB
     "gib2": lambda x: f"{x:.2f} GiB",  # already GiB
+    "mgib2": lambda x: f"{x / 1024:.2f} GiB",  # MiB shown as GiB, two decimals
+    "onoff": lambda x: "on" if x else "off",  # a boolean setting
+    "ms": lambda x: f"{x:.0f} ms",
+    "ms1": lambda x: f"{x:.1f} ms",
     "raw": str,
 }
 
 REFERENCE = re.compile(r"\[\[([^\[\]:|\s]+\.json):([^\[\]|\s]+)(?:\|(\w+))?\]\]")
+ROWS = re.compile(r"\[\[rows: *([^\[\]:|\s]+\.json)(?::([^\[\]|\s]+))?\|([^\[\]]+)\]\]")
 DIRECTIVE = re.compile(r"\[\[(runs|learning|runs-headline|learning-headline): *([^\[\]\s]+)\]\]")
 
 
@@ -103,7 +112,44 @@ def substitute(text: str, load: Loader, source: str) -> str:
         except KeyError as err:
             raise DocsSourceError(f"{source}: [[{kind}: {name}]]: no {err.args[0]}") from None
 
-    return REFERENCE.sub(reference, DIRECTIVE.sub(directive, text))
+    def rows(match: re.Match[str]) -> str:
+        name, path, spec = match.groups()
+        try:
+            return rows_table(load(name), path, spec)
+        except KeyError as err:
+            raise DocsSourceError(
+                f"{source}: [[rows: {name}:{path or ''}]]: no {err.args[0]}"
+            ) from None
+
+    text = ROWS.sub(rows, DIRECTIVE.sub(directive, text))
+    return REFERENCE.sub(reference, text)
+
+
+def rows_table(data: Any, path: str | None, spec: str) -> str:
+    """A Markdown table of the list at ``path`` in ``data``: one row per item, one column per
+    ``header=key[:format]`` of ``spec`` (separated by ``;``); a key an item lacks is "-"."""
+    items = lookup(data, path) if path else data
+    if not isinstance(items, list):
+        raise KeyError(f"list at {path!r}")
+    columns = []
+    for part in spec.split(";"):
+        header, _, key = part.partition("=")
+        if not key:
+            raise KeyError(f"column {part.strip()!r} (write header=key:format)")
+        key, _, fmt = key.strip().partition(":")
+        columns.append((header.strip(), key, fmt or None))
+    lines = ["| " + " | ".join(h for h, _, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for item in items:
+        cells = []
+        for _, key, fmt in columns:
+            try:
+                value = lookup(item, key)
+            except KeyError:
+                cells.append("-")
+                continue
+            cells.append("-" if value is None else format_value(value, fmt))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # --- bench/recipe_runs.py files -------------------------------------------------------------

@@ -79,6 +79,8 @@ def test_formats():
     assert docs_results.format_value(3.1415, "x") == "3.14x"
     assert docs_results.format_value(1234.4, "int") == "1,234"
     assert docs_results.format_value(0.25, None) == "0.25"
+    assert docs_results.format_value(3151.5, "mgib2") == "3.08 GiB"
+    assert docs_results.format_value(False, "onoff") == "off"
     with pytest.raises(KeyError, match="needs a number"):
         docs_results.format_value("grpo", "pct")
 
@@ -91,6 +93,22 @@ def test_references_are_filled_and_bad_ones_name_the_source():
         docs_results.substitute("[[a.json:x.z|pct]]", results.__getitem__, "s.md")
     with pytest.raises(DocsSourceError, match="s.md: .*format 'pc'"):
         docs_results.substitute("[[a.json:x.y|pc]]", results.__getitem__, "s.md")
+
+
+def test_rows_table_one_row_per_item_and_dash_for_what_an_item_lacks():
+    results = {"a.json": {"runs": [{"v": "x", "m": {"s": 0.5}}, {"v": "y"}]}, "b.json": [{"n": 3}]}
+    text = "[[rows: a.json:runs|variant=v; success=m.s:pct]]\n[[rows: b.json|n=n:int]]"
+    assert docs_results.substitute(text, results.__getitem__, "s.md").splitlines() == [
+        "| variant | success |",
+        "|---|---|",
+        "| x | 50% |",
+        "| y | - |",
+        "| n |",
+        "|---|",
+        "| 3 |",
+    ]
+    with pytest.raises(DocsSourceError, match=r"s\.md: \[\[rows: a\.json:nope\]\]"):
+        docs_results.substitute("[[rows: a.json:nope|x=v]]", results.__getitem__, "s.md")
 
 
 def _run(seed: int, after: float) -> dict:
