@@ -1,0 +1,215 @@
+"""The BFCL envs on a small slice of BFCL's own data: BFCL's checkers give the rewards, the
+splits cannot overlap, the multi-turn calls run on per-episode API instances and nothing but
+the entry's API methods with literal arguments reaches BFCL's `eval`."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is installed by make setup (--no-deps)")
+pytest.importorskip("tree_sitter", reason="the bfcl extra: tree-sitter 0.21")
+
+from agentic_rl.config.parse import ConfigError  # noqa: E402
+from agentic_rl.envs.base import check_env  # noqa: E402
+from agentic_rl.envs.benchmarks import bfcl_data  # noqa: E402
+from agentic_rl.envs.benchmarks.bfcl import BFCLEnv  # noqa: E402
+from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
+    MULTI_TURN,
+    SINGLE_TURN_EVAL,
+    SINGLE_TURN_TRAIN,
+    entry,
+    expert_calls,
+    keyword_call,
+    make_bfcl_multi_turn_tasks,
+    make_bfcl_tasks,
+    scenario_index,
+    single_turn_verdict,
+    user_text,
+)
+from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv, refusal  # noqa: E402
+from agentic_rl.envs.registry import make_env, task_generator  # noqa: E402
+from agentic_rl.types import Action, Task  # noqa: E402
+
+
+def answer(text: str) -> Action:
+    return Action(kind="answer", text=text, raw=text)
+
+
+def play(env, task: Task, replies) -> list:
+    """Reset `env` on `task` and step the replies (a callable of the env, or texts) to the end."""
+    env.reset(task, 0)
+    results = []
+    for _ in range(64):
+        text = replies(env) if callable(replies) else replies[len(results)]
+        results.append(env.step(answer(text)))
+        if results[-1].terminated:
+            return results
+    raise AssertionError("the episode did not end")
+
+
+# -- single-turn: BFCL's verdicts ------------------------------------------------------------
+
+
+def test_simple_python_0_verdicts_are_bfcls():
+    e = entry("simple_python_0")  # calculate_triangle_area(base=10, height=5), unit optional
+    assert single_turn_verdict(e, "[calculate_triangle_area(base=10, height=5)]") == (True, "")
+    assert single_turn_verdict(e, "calculate_triangle_area(base=10, height=5, unit='units')")[0]
+    wrong = single_turn_verdict(e, "[calculate_triangle_area(base=10, height=6)]")
+    assert wrong[0] is False and "value_error" in wrong[1]
+    assert single_turn_verdict(e, "The area is 25.") == (False, "ast_decoder:decoder_failed")
+    two = single_turn_verdict(e, "[calculate_triangle_area(base=10, height=5)] * 2")
+    assert two[0] is False
+
+
+def test_parallel_order_does_not_matter_and_count_does():
+    e = entry("parallel_multiple_0")
+    calls = expert_calls(bfcl_data.possible_answers("parallel_multiple")["parallel_multiple_0"])
+    first, second = calls[1:-1].split("), ")
+    assert single_turn_verdict(e, f"[{second}, {first})]")[0]  # unordered, as BFCL's checker
+    assert not single_turn_verdict(e, f"[{first})]")[0]  # one call missing
+
+
+def test_irrelevance_passes_on_no_call_only():
+    e = entry("irrelevance_0")
+    assert single_turn_verdict(e, "[]") == (True, "")
+    assert single_turn_verdict(e, "None of the functions fit.")[0]
+    name = e["function"][0]["name"]
+    assert single_turn_verdict(e, f"[{name}()]") == (False, "irrelevance_error:decoder_success")
+
+
+def test_expert_calls_pick_the_first_accepted_value_and_omit_optional_ones():
+    truth = [{"f": {"a": ["", 3], "b": ["x", "y"], "c": [""], "d": [{"k": ["v", "w"], "o": [""]}]}}]
+    assert expert_calls(truth) == "[f(a=3, b='x', d={'k': 'v'})]"
+
+
+def test_bfcl_env_rewards_bfcls_verdict_per_category():
+    tasks = make_bfcl_tasks("eval", 10, 0)
+    assert [t.fields["category"] for t in tasks[:5]] == list(SINGLE_TURN_EVAL)
+    env = BFCLEnv()
+    for task in tasks:
+        good = play(env, task, [task.answers[0]])[-1]
+        assert good.reward == 1.0 and good.info[f"env/accuracy@{task.fields['category']}"] == 1.0
+        bad = play(env, task, ["[not_a_function(x=1)]"])[-1]
+        assert bad.reward == 0.0 and bad.info["success"] == 0.0
+    # a tagless turn of another chat format is read without its end-of-turn marker
+    env.reset(tasks[0], 0)
+    raw = tasks[0].answers[0] + "<|im_end|>"
+    assert env.step(Action(kind="none", raw=raw)).reward == 1.0
+
+
+def test_check_env_passes_on_both_splits():
+    assert check_env(make_env("bfcl"), task_generator("bfcl")("eval", 10, 0)) == []
+    assert check_env(make_env("bfcl"), task_generator("bfcl")("train", 10, 0)) == []
+
+
+# -- the splits ------------------------------------------------------------------------------
+
+
+def test_single_turn_train_and_eval_never_overlap():
+    train = make_bfcl_tasks("train", 0, 0)
+    reported = make_bfcl_tasks("eval", 0, 0)
+    assert len(reported) == 1240  # every entry of the five reported categories
+    assert {t.fields["category"] for t in train} == set(SINGLE_TURN_TRAIN)
+    assert not {t.task_id for t in train} & {t.task_id for t in reported}
+    train_texts = {user_text(entry(t.task_id)) for t in train}
+    assert not train_texts & {user_text(entry(t.task_id)) for t in reported}
+
+
+def test_multi_turn_train_scenarios_are_never_evaluated():
+    train = make_bfcl_multi_turn_tasks("train", 0, 0)
+    reported = make_bfcl_multi_turn_tasks("eval", 0, 0)
+    assert len(train) == 4 * 40 and len(reported) == 4 * 160
+    assert {t.fields["category"] for t in train} == set(MULTI_TURN)
+    assert not {scenario_index(t.task_id) for t in train} & {
+        scenario_index(t.task_id) for t in reported
+    }
+    assert len(make_bfcl_multi_turn_tasks("eval", 0, 0, train_fold_every=0)) == 800
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"eval_categories": ["simple"]}, "simple, not one of these BFCL categories"),
+        ({"train_categories": ["simple_python"]}, "train_categories has simple_python"),
+    ],
+)
+def test_bad_categories_name_the_key(options, match):
+    with pytest.raises(ConfigError, match=match):
+        make_bfcl_tasks("eval" if "eval_categories" in options else "train", 4, 0, **options)
+
+
+def test_too_many_tasks_say_how_many_there_are():
+    with pytest.raises(ConfigError, match="hold 240 entries"):
+        make_bfcl_tasks("eval", 241, 0, eval_categories=["irrelevance"])
+    with pytest.raises(ConfigError, match="train_fold_every=0 keeps no"):
+        make_bfcl_multi_turn_tasks("train", 4, 0, train_fold_every=0)
+
+
+# -- multi-turn ------------------------------------------------------------------------------
+
+
+def test_keyword_call_names_positional_arguments():
+    params = {"sort": ("file_name",), "mv": ("source", "destination")}
+    assert keyword_call("sort('a.txt')", params) == "sort(file_name='a.txt')"
+    assert keyword_call("mv('a', destination='b')", params) == "mv(source='a', destination='b')"
+
+
+def test_multi_turn_expert_passes_and_silence_fails():
+    tasks = make_bfcl_multi_turn_tasks("eval", 4, 0)  # one entry of each category
+    env = BFCLMultiTurnEnv()
+    for task in tasks:
+        done = play(env, task, lambda e: e.expert_turn()[len("<answer>") : -len("</answer>")])
+        assert done[-1].reward == 1.0, done[-1].info
+        assert done[-1].info[f"env/accuracy@{task.fields['category']}"] == 1.0
+        silent = play(env, task, lambda e: "[]")[-1]
+        assert (
+            silent.reward == 0.0
+            and silent.info["bfcl_error"] == "multi_turn:empty_turn_model_response"
+        )
+
+
+def test_multi_turn_observations_are_tool_results_then_the_next_user_turn():
+    task = make_bfcl_multi_turn_tasks("eval", 1, 0)[0]
+    env = BFCLMultiTurnEnv()
+    opening = env.reset(task, 0)
+    assert (
+        opening.messages[0]["role"] == "system" and "[func_name1(" in opening.messages[0]["content"]
+    )
+    result = env.step(answer("[pwd(), cd(folder='nowhere_xq')]"))
+    assert result.observation.name == "tool" and not result.terminated
+    assert "'name': 'pwd()'" in result.observation.content and result.info["tool_call"] == 2
+    turn_two = env.step(answer("I am done."))
+    assert turn_two.observation.name == "user"
+    assert turn_two.observation.content == entry(task.task_id)["question"][1][0]["content"]
+
+
+def test_parallel_episodes_of_one_entry_do_not_share_state():
+    task = Task("multi_turn_base_1", "", [], {"category": "multi_turn_base"})
+    a, b = BFCLMultiTurnEnv(), BFCLMultiTurnEnv()
+    a.reset(task, 0)
+    b.reset(task, 0)
+    a.step(answer("[mkdir(dir_name='only_in_a')]"))
+    assert "only_in_a" in a.step(answer("[ls()]")).observation.content
+    assert "only_in_a" not in b.step(answer("[ls()]")).observation.content
+    a.reset(task, 0)  # a new episode starts from the entry's initial state again
+    assert "only_in_a" not in a.step(answer("[ls()]")).observation.content
+
+
+def test_only_api_methods_with_literal_arguments_reach_bfcls_eval(tmp_path):
+    methods = {"ls", "cd"}
+    assert refusal("ls()", methods) is None and refusal("cd(folder='x')", methods) is None
+    target = tmp_path / "written"
+    assert refusal(f"open(file='{target}', mode='w')", methods) == "name 'open' is not defined"
+    assert "literal" in refusal("cd(folder=open(file='x'))", methods)
+    task = Task("multi_turn_base_1", "", [], {"category": "multi_turn_base"})
+    env = BFCLMultiTurnEnv()
+    env.reset(task, 0)
+    result = env.step(answer(f"[open(file='{target}', mode='w'), ls(a={{'open': {{}}}})]"))
+    assert not target.exists() and result.info["tool_error"] == 2
+    assert env.decoded == [[]]  # neither is recorded, so BFCL's checker never runs them either
+
+
+def test_check_env_passes_on_multi_turn():
+    tasks = task_generator("bfcl_multi_turn")("eval", 4, 0)
+    skipped = check_env(make_env("bfcl_multi_turn"), tasks)
+    assert skipped == ["gold answer scores >= a wrong one (the tasks have no gold answers)"]
