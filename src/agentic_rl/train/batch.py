@@ -68,12 +68,14 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
         # charge every token the mismatch. The update then reuses this pi_old. (Config refuses
         # KL in the reward where pi_old is the behaviour logprobs of another distribution.)
         recompute_old_logprobs(setup.policy, batch, cfg, setup.dp)
-    compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.filters.overlong_filter:
         # DAPO: a cut-off episode's reward says nothing about its quality; drop it from the loss
-        # (it still counted in its group's statistics above, as in DAPO).
+        # before the advantages, so batch whitening (ppo, reinforce_pp) runs over the rows that
+        # train. Group statistics read the rewards, not the mask: it still counts in its
+        # group's mean and std, as in DAPO.
         truncated = torch.tensor([s.truncated for ep in episodes.samples for s in ep])
         batch.loss_mask = overlong_filter_mask(batch.loss_mask, truncated)
+    compute_advantages(batch, cfg.algo, cfg.gigpo)
     if cfg.rollout.max_staleness > 0:  # samples may be from older weights: decoupled PPO
         correct_stale(setup, batch)
     return batch
