@@ -13,7 +13,8 @@ the results file with the functions here. Three ways a source names a number:
 
 - a rows table, ``[[rows: FILE.json:PATH|header=key:FORMAT; header=key]]``: one table row per
   item of the list at ``PATH`` (``FILE.json|...`` for a file that is a list), one column per
-  ``header=key`` (``key`` dotted inside the item, ``FORMAT`` as for a reference).
+  ``header=key`` (``key`` dotted inside the item, ``FORMAT`` as for a reference); at a dict of
+  dicts, one row per entry, whose name is the key ``@key``.
 
 Headlines (the README's one line per recipe) use ``[[runs-headline: FILE]]`` and
 ``[[learning-headline: FILE]]`` the same way. Everything here is pure: the caller passes a
@@ -129,6 +130,8 @@ def rows_table(data: Any, path: str | None, spec: str) -> str:
     """A Markdown table of the list at ``path`` in ``data``: one row per item, one column per
     ``header=key[:format]`` of ``spec`` (separated by ``;``); a key an item lacks is "-"."""
     items = lookup(data, path) if path else data
+    if isinstance(items, dict):  # a dict of rows: its keys are the column key ``@key``
+        items = [{"@key": k, **v} for k, v in items.items() if isinstance(v, dict)]
     if not isinstance(items, list):
         raise KeyError(f"list at {path!r}")
     columns = []

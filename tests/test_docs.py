@@ -107,6 +107,9 @@ def test_rows_table_one_row_per_item_and_dash_for_what_an_item_lacks():
         "|---|",
         "| 3 |",
     ]
+    named = {"c.json": {"r": {"warm pool, 1 worker": {"n": 2}}}}
+    table = docs_results.substitute("[[rows: c.json:r|what=@key; n=n]]", named.__getitem__, "s")
+    assert table.splitlines()[-1] == "| warm pool, 1 worker | 2 |"
     with pytest.raises(DocsSourceError, match=r"s\.md: \[\[rows: a\.json:nope\]\]"):
         docs_results.substitute("[[rows: a.json:nope|x=v]]", results.__getitem__, "s.md")
 
