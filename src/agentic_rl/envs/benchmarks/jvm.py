@@ -15,6 +15,12 @@ kernel does when the owner exits or is killed. A forked child (a Ray worker) sta
 `close_jvms()` ends them all (also at interpreter exit); tests call it so that one JVM serves a
 test module and none outlives it.
 
+ScienceWorld's simulator iterates over sets ordered by the JVM's identity hashes, which a JVM
+draws anew for every object: the same variation loaded twice in one JVM can list same-kind
+objects in another order and generate another gold path. `DETERMINISTIC_HASHES` (a constant
+identity hash, `-XX:hashCode=2`) makes every load of a variation the same (measured: gold paths
+and whole gold-path traces repeat; the step time stayed within this machine's noise).
+
 A JVM that dies or stops answering is an infrastructure failure, not a model error: the call
 raises `SimulatorDied` (a `ToolInfrastructureError`: the episode is retried with fresh envs or
 dropped, never trained on), and the next env starts a new JVM.
@@ -29,6 +35,7 @@ import os
 import shutil
 import subprocess
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +49,9 @@ JAVA_HINT = (
     "a Java runtime (java 8 or newer on PATH; Debian/Ubuntu: apt-get install "
     "default-jre-headless, which `make setup` installs when run as root)"
 )
+
+
+DETERMINISTIC_HASHES = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
 
 
 class BenchmarkUnavailable(UserInputError, RuntimeError):
@@ -87,31 +97,46 @@ _jvms: dict[str, _Jvm] = {}
 _lock = threading.Lock()
 
 
-def _start(jar: str) -> _Jvm:
+def _start(jar: str, javaopts: tuple[str, ...]) -> _Jvm:
     java = require_java()
     from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
-    port, process = launch_gateway(
-        classpath=jar,
-        die_on_exit=True,
-        cwd=os.path.dirname(jar),
-        java_path=java,
-        return_proc=True,
-    )
+    def launch(opts: tuple[str, ...]) -> tuple[int, subprocess.Popen[bytes]]:
+        return launch_gateway(  # type: ignore[no-any-return]
+            classpath=jar,
+            die_on_exit=True,
+            cwd=os.path.dirname(jar),
+            java_path=java,
+            javaopts=list(opts),
+            return_proc=True,
+        )
+
+    try:
+        port, process = launch(javaopts)
+    except ValueError:  # the JVM refused an option and printed no port: start it without
+        if not javaopts:
+            raise
+        warnings.warn(
+            f"java refused {' '.join(javaopts)}; the simulator runs without them",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        port, process = launch(())
     gateway = JavaGateway(
         gateway_parameters=GatewayParameters(auto_field=True, port=port), java_process=process
     )
     return _Jvm(gateway, process, os.getpid())
 
 
-def jvm(jar: str) -> Any:
-    """The JVM (py4j gateway) running `jar` in this process, started on first use."""
+def jvm(jar: str, javaopts: tuple[str, ...] = ()) -> Any:
+    """The JVM (py4j gateway) running `jar` in this process, started on first use with
+    `javaopts` (the first caller's options hold for the JVM's life)."""
     with _lock:
         current = _jvms.get(jar)
         if current is None or not current.alive():
             if current is not None and current.pid == os.getpid():
                 _stop(current)
-            current = _jvms[jar] = _start(jar)
+            current = _jvms[jar] = _start(jar, javaopts)
         return current.gateway
 
 

@@ -19,7 +19,8 @@ it, the inventory and the simulator's action templates; the agent writes free-te
 (`<action>open door to kitchen</action>`), each sent to the simulator as the benchmark's own
 agents send them (one move each; an ambiguous command gets the simulator's numbered choices and
 the agent answers with the number). Reward: the change of the benchmark's score (0-100) each
-command caused, times `reward_scale` (default 0.01: an episode's return is its score / 100).
+command caused, times `reward_scale` (default 0.01: an episode's return is its score / 100,
+less the few points some tasks give for the opening "look around").
 The score of a failed task (the simulator's score < 0, e.g. focusing on the wrong object) counts
 0, as the benchmark's own average does ("clip negative scores to 0"). `env/score` is the score in
 points (the metric: its mean over the eval split is the benchmark's average score); success =
@@ -32,7 +33,8 @@ there are hundreds, and computing them is ~70 ms a step, ~60 times a plain step)
 The scripted expert is the benchmark's gold action sequence (the simulator's
 `getGoldActionSequence`, generated only when asked: up to a minute for the genetics tasks);
 asked mid-episode, the simulator reloads the task with its gold path and replays the episode's
-commands (the simulator is deterministic per variation).
+commands (every load of a variation is the same: the JVM runs with constant identity hashes,
+jvm.py).
 
 The package's Python class is not used: it starts a JVM per instance and computes the valid
 actions at every step; this module makes the same calls on the simulator object it wraps
@@ -136,7 +138,7 @@ def check_simplifications(simplifications: str, task_names: Sequence[str]) -> st
 def new_simulator() -> Any:
     """A fresh simulator object in this process's ScienceWorld JVM."""
     constants = _package()
-    gateway = jvm.jvm(constants.JAR_PATH)
+    gateway = jvm.jvm(constants.JAR_PATH, jvm.DETERMINISTIC_HASHES)
     return jvm.call(
         "start a ScienceWorld simulator",
         lambda: gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface(),
@@ -241,7 +243,7 @@ class ScienceWorldEnv(BenchmarkTextGame):
         self.raw_score = 0  # the simulator's score (negative once the task failed)
 
     def _simulator(self) -> Any:
-        gateway = jvm.jvm(_package().JAR_PATH)
+        gateway = jvm.jvm(_package().JAR_PATH, jvm.DETERMINISTIC_HASHES)
         if self.sim is None or self.sim_gateway is not gateway:  # first use, or a new JVM
             self.sim, self.sim_gateway, self.loaded = new_simulator(), gateway, None
         return self.sim
@@ -315,8 +317,10 @@ class ScienceWorldEnv(BenchmarkTextGame):
         return jvm.call(f"ScienceWorld gold path of {self.task.task_id}", replay)
 
     def anchor_key(self) -> Hashable:
-        """The simulator's room description and inventory (free actions: no move)."""
-        return jvm.call(
+        """The simulator's room description and inventory (free actions: no move), their lines
+        sorted: the same state reached by two paths may list its objects in another order."""
+        look, inventory = jvm.call(
             "ScienceWorld state",
             lambda: (str(self.sim.freeActionLook()), str(self.sim.freeActionInventory())),
         )
+        return tuple("\n".join(sorted(text.splitlines())) for text in (look, inventory))

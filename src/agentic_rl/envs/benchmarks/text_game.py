@@ -7,7 +7,8 @@ executes each one and keeps the benchmark's own score. What this base adds to
 
 - the reward of a command is the change of the benchmark's score it caused, times
   `reward_scale` (the benchmarks' own reward is that change, "reward = Δscore"), so the return
-  of an episode is its final score (scaled);
+  of an episode is its final score less the score the task opens with (scaled; ScienceWorld
+  gives a few points for the opening "look around");
 - every step reports `env/score`, the change of the score in the benchmark's own units, so an
   episode's `env/score` (summed by the rollout) is its final score, and an evaluation's mean is
   the benchmark's average score, whatever turn the episode ended on;
@@ -17,10 +18,10 @@ executes each one and keeps the benchmark's own score. What this base adds to
 - a command the simulator does not understand counts as an invalid action (metric and
   `format_penalty`), as a command outside the valid list does where the env restricts commands
   to it (TextWorldExpress);
-- the scripted expert plays the benchmark's gold action sequence (`expert_turn`): from the
-  position the episode has reached; it does not re-plan, so after a stray command it continues
-  the sequence as if the command had not been made (fine for warm starts, which play it from the
-  start);
+- the scripted expert plays the benchmark's gold action sequence (`expert_turn`) from where the
+  episode's commands stopped following it (`gold_position`); the benchmarks do not re-plan, so
+  after a stray command that changed the world the rest of the sequence may no longer solve the
+  task (warm starts play it from the start, where it does);
 - the anchor (GiGPO's state) is the simulator's own view of the state (room and inventory).
 
 Subclasses talk to their simulator: `_start` (load the task and reset), `_send` (one command:
@@ -30,12 +31,23 @@ returns the reply and updates `score`, `finished`, `won`), `_valid` (the valid a
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv
 from agentic_rl.envs.worlds.household import normalize_command
 from agentic_rl.types import Action, Observation, StepResult, Task
+
+
+def gold_position(executed: Sequence[str], gold: Sequence[str]) -> int:
+    """How many leading commands of the episode follow the gold path: where the expert goes on
+    (`executed` [a, b, x], `gold` [a, b, c] -> 2, so the expert's next command is c)."""
+    position = 0
+    for done, planned in zip(executed, gold, strict=False):
+        if done.lower() != planned.lower():
+            break
+        position += 1
+    return position
 
 
 class BenchmarkTextGame(DiscreteActionEnv):
@@ -182,7 +194,7 @@ class BenchmarkTextGame(DiscreteActionEnv):
             return "<answer>done</answer>"
         if self.gold is None:
             self.gold = self._gold_path()
-        position = len(self.executed)
+        position = gold_position(self.executed, self.gold)
         plan = self.gold[position : position + self.expert_budget()]
         if not plan:
             raise RuntimeError(
@@ -190,6 +202,12 @@ class BenchmarkTextGame(DiscreteActionEnv):
                 "played out but the episode goes on"
             )
         return f"<action>{f' {ACTION_SEP} '.join(plan)}</action>"
+
+    @property
+    def expert_turn_limit(self) -> int:
+        """check_env's turn budget for the expert: a gold path takes up to `max_steps`
+        commands, one or more a turn (the benchmarks' gold paths run to 100 and more)."""
+        return self.max_steps
 
     def anchor_key(self) -> Hashable:
         raise NotImplementedError
