@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image
+from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.tokens import encode_prompt
-from agentic_rl.model.vision import save_image, spec_of_dir, vision_inputs
+from agentic_rl.model.vision import never_sampled_ids, save_image, spec_of_dir, vision_inputs
 from agentic_rl.types import SamplingParams
 
 
@@ -121,3 +122,40 @@ def test_placeholder_tokens_are_never_sampled(tiny_vlm_dir, pictures):
         params = SamplingParams(max_new_tokens=5, temperature=temperature, seed=0)
         (out,) = gen.generate([prompt(tok)], params, images=[[pictures[0]]])
         assert image_id not in out.token_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_learner_scores_the_generators_distribution_with_masked_ids(
+    tiny_vlm_dir, pictures, temperature
+):
+    """A head that puts most of the mass on the placeholder ids (an lm_head bias of +12 on
+    them: > 90% of each step's mass, as a trained VLM may after prompts full of image tokens).
+    The generator never samples them; the learner's logprobs of what it sampled are the
+    behaviour logprobs (the same masked distribution), not lower by log(1 - that mass)."""
+    policy, tok = load_policy(ModelConfig(name=str(tiny_vlm_dir)))
+    masked = list(never_sampled_ids(policy))
+    assert len(masked) == 3  # <fake_token_around_image>, <image>, <global-img>
+    old = policy.get_output_embeddings()
+    head = nn.Linear(old.in_features, old.out_features, bias=True)
+    head.weight = old.weight
+    with torch.no_grad():
+        head.bias.zero_()
+        head.bias[masked] = 12.0
+    policy.lm_head = head
+    red = pictures[0]
+    ids = prompt(tok)
+    params = SamplingParams(max_new_tokens=12, temperature=temperature, seed=0)
+    (out,) = HFGenerator(policy, tok).generate([ids], params, images=[[red]])
+    assert not set(masked) & set(out.token_ids)
+    full = torch.tensor([ids + out.token_ids])
+    attn = torch.ones_like(full)
+    inputs = vision_inputs(policy, [[red]])
+    with torch.no_grad():
+        learner, _, _ = token_logprobs(
+            policy, full, attn, temperature=temperature, model_inputs=inputs
+        )
+        logits = policy(input_ids=full, attention_mask=attn, **inputs).logits[0, len(ids) - 1 : -1]
+    mass = torch.softmax(logits.double() / temperature, -1)[:, masked].sum(-1)
+    assert mass.min() > 0.9  # the placeholder ids really carry the mass
+    sampled = torch.tensor(out.logprobs)
+    assert torch.allclose(learner[0, len(ids) :], sampled, atol=1e-6, rtol=1e-6)

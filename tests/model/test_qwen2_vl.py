@@ -20,10 +20,12 @@ from agentic_rl.model.vision import (
     Qwen2VLSpec,
     image_placeholder,
     mrope_positions,
+    never_sampled_ids,
     save_image,
     spec_of_dir,
     vision_inputs,
 )
+from agentic_rl.model.vocab_logprobs import mask_logits
 from agentic_rl.types import SamplingParams
 
 
@@ -139,7 +141,9 @@ def test_learner_logprobs_are_the_models_own_forward(qwen, pictures):
             mm_token_type_ids=(ids == spec.image_token_id).int(),
             **pixels,
         ).logits
-    want = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    # the policy's distribution: the model's own logits with its never-sampled ids masked
+    masked = mask_logits(logits[:, :-1], never_sampled_ids(policy))
+    want = torch.log_softmax(masked, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(got[:, 1:], want, atol=1e-5)
     first = ids[0].tolist().index(spec.image_token_id)
     assert torch.equal(got[0, :first], swapped[0, :first])  # causal: before the picture

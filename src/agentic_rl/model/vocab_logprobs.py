@@ -31,6 +31,12 @@ dL/du = dL/dz (1 - tanh^2(u / c)) / T and dL/d(h W^T) = dL/db = s dL/du. The tra
 float32 per row block; a plain head (no bias, s = 1, no cap) takes exactly the code path
 without it. A soft cap needs z in the backward pass, so it always recomputes (no kept p).
 
+Ids the policy never samples (`OutputHead.masked`: a vision-language model's image placeholder
+tokens, model/vision.py `never_sampled_ids`): their logits are set to MASKED_LOGIT last, by
+`mask_logits`, the function the generator (backends/hf.py) applies to the logits it samples
+from, so the learner's softmax is the sampling distribution (the masked ids' mass renormalised
+away) and learner logprobs equal the behaviour logprobs. Their gradient is 0 (p = 0 there).
+
 The products run in the weight's dtype in both passes (under autocast, `token_logprobs` passes
 the weight cast once per call, not once per chunk and pass: the cast of a 49k x 576 embedding
 costs as much as its product with a few hundred states); the softmax algebra is at least
@@ -39,6 +45,7 @@ float32 throughout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +57,24 @@ ROWS_PER_BLOCK = 32
 (6 MB) stay in cache across its passes, where all rows at once stream every pass through
 memory. 4x faster on the 2-core machine for 472 rows of the bundled model's vocabulary
 (35 ms vs 150 ms, measured; 8 or 16 rows per block pay more per-operation overhead)."""
+
+
+MASKED_LOGIT = -1e9
+"""The logit of an id the policy never samples. exp(MASKED_LOGIT - logsumexp) is exactly 0 in
+float32 and float64, so its probability is 0 and the others' are those of the softmax without
+it, as with -inf; unlike -inf it keeps p log p (the entropy) and the entropy's gradient free of
+0 x inf = NaN."""
+
+
+def mask_logits(logits: torch.Tensor, ids: torch.Tensor | Sequence[int] | None) -> torch.Tensor:
+    """logits [..., V] with the vocabulary entries `ids` [K] set to MASKED_LOGIT (a new tensor;
+    `logits` itself is unchanged; no ids: `logits`). The one place masked ids are applied: the
+    generator samples from these logits and the learner's softmax runs on them
+    (`OutputHead.masked`), so both score the same distribution."""
+    if ids is None or len(ids) == 0:
+        return logits
+    index = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
+    return logits.index_fill(-1, index, MASKED_LOGIT)
 
 
 def _row_blocks(total: int) -> list[slice]:
@@ -68,18 +93,24 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class OutputHead:
     """What a model's forward does to h W^T before its softmax: logits = c tanh(u / c),
-    u = scale (h W^T + bias); softcap c = 0 means no cap; then the sampler's / temperature.
-    See the module docstring."""
+    u = scale (h W^T + bias); softcap c = 0 means no cap; then the sampler's / temperature;
+    then the ids the policy never samples are masked (`mask_logits`). See the module
+    docstring."""
 
     bias: torch.Tensor | None = None  # [V]
     scale: float = 1.0
     softcap: float = 0.0
     temperature: float = 1.0
+    masked: torch.Tensor | None = None  # [K] long: ids never sampled (on the weight's device)
 
     @property
     def plain(self) -> bool:
         return (
-            self.bias is None and self.scale == 1.0 and not self.softcap and self.temperature == 1
+            self.bias is None
+            and self.scale == 1.0
+            and not self.softcap
+            and self.temperature == 1
+            and self.masked is None
         )
 
 
@@ -97,18 +128,20 @@ def _logits(product: torch.Tensor, head: OutputHead) -> tuple[torch.Tensor, torc
     if head.scale != 1.0:
         u = u * head.scale
     if not head.softcap:
-        return (u / head.temperature if head.temperature != 1 else u), None
+        z = u / head.temperature if head.temperature != 1 else u
+        return mask_logits(z, head.masked), None
     capped = torch.tanh(u / head.softcap)
-    return capped * (head.softcap / head.temperature), capped
+    return mask_logits(capped * (head.softcap / head.temperature), head.masked), capped
 
 
 class VocabLogprobs(torch.autograd.Function):
     """`apply(hidden [M, H], weight [V, H], bias [V] or None, targets [M], with_entropy,
-    entropy_grad, keep_probs, scale, softcap, temperature)` -> (logprobs [M], entropy [M]) in float32;
+    entropy_grad, keep_probs, scale, softcap, temperature, masked [K] or None)` -> (logprobs
+    [M], entropy [M]) in float32;
     entropy is zeros without `with_entropy` and carries no gradient without `entropy_grad` (a
     logged metric). keep_probs: keep softmax(z) [M, V] in the weight's dtype for the backward
     pass instead of recomputing z (not used when the entropy needs a gradient, or with a soft
-    cap). bias, scale, softcap, temperature: the `OutputHead`."""
+    cap). bias, scale, softcap, temperature, masked: the `OutputHead`."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
@@ -124,8 +157,9 @@ class VocabLogprobs(torch.autograd.Function):
         scale: float = 1.0,
         softcap: float = 0.0,
         temperature: float = 1.0,
+        masked: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        head = OutputHead(bias, scale, softcap, temperature)
+        head = OutputHead(bias, scale, softcap, temperature, masked)
         # One compute dtype, the weight's: token_logprobs casts it once per call under autocast.
         states = hidden.to(weight.dtype)
         product = F.linear(states, weight)  # [M, V]
@@ -155,7 +189,7 @@ class VocabLogprobs(torch.autograd.Function):
         ctx.entropy_grad = entropy_grad
         ctx.hidden_dtype = hidden.dtype
         ctx.scale, ctx.softcap, ctx.temperature = scale, softcap, temperature
-        ctx.save_for_backward(states, weight, bias, targets, log_z, entropy, kept)
+        ctx.save_for_backward(states, weight, bias, targets, log_z, entropy, kept, masked)
         return logprobs, entropy
 
     @staticmethod
@@ -163,12 +197,12 @@ class VocabLogprobs(torch.autograd.Function):
     def backward(
         ctx: Any, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
-        states, weight, bias, targets, log_z, entropy, kept = ctx.saved_tensors
-        head = OutputHead(bias, ctx.scale, ctx.softcap, ctx.temperature)
+        states, weight, bias, targets, log_z, entropy, kept, masked = ctx.saved_tensors
+        head = OutputHead(bias, ctx.scale, ctx.softcap, ctx.temperature, masked)
         if not ctx.entropy_grad:
             grad_entropy = None
         if grad_logprobs is None and grad_entropy is None:
-            return (None,) * 10
+            return (None,) * 11
         if kept is not None and grad_logprobs is not None:
             # dL/dz = g (onehot(y) - p), in the weight's dtype like the products it feeds
             g = grad_logprobs.to(kept.dtype).unsqueeze(-1)
@@ -179,6 +213,8 @@ class VocabLogprobs(torch.autograd.Function):
             grad_logits = _recomputed_grad_logits(
                 states, weight, targets, log_z, entropy, grad_logprobs, grad_entropy, head
             )
+        if masked is not None:  # a masked logit is a constant: no gradient reaches h W^T
+            grad_logits.index_fill_(-1, masked, 0)
         grad_hidden = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_hidden = (grad_logits @ weight).to(ctx.hidden_dtype)
@@ -186,7 +222,7 @@ class VocabLogprobs(torch.autograd.Function):
             grad_weight = grad_logits.t() @ states
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad_logits.sum(0, dtype=_float_dtype(grad_logits)).to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, *(None,) * 8
 
 
 def _recomputed_grad_logits(
@@ -250,4 +286,5 @@ def vocab_logprobs(
         head.scale,
         head.softcap,
         head.temperature,
+        head.masked,
     )
