@@ -125,6 +125,7 @@ def test_observation_text_and_valid_actions():
 
 def test_the_expert_plays_the_gold_path_from_where_the_episode_left_it():
     assert gold_position(["a", "b", "x"], ["a", "b", "c"]) == 2
+    assert gold_position(["x", "a", "y", "b"], ["a", "b", "c"]) == 2  # strays are skipped
     assert gold_position(["A"], ["a", "b"]) == 1 and gold_position([], ["a"]) == 0
     env = FakeGame(max_actions_per_turn=2)
     env.reset(TASK, 0)

@@ -18,10 +18,10 @@ executes each one and keeps the benchmark's own score. What this base adds to
 - a command the simulator does not understand counts as an invalid action (metric and
   `format_penalty`), as a command outside the valid list does where the env restricts commands
   to it (TextWorldExpress);
-- the scripted expert plays the benchmark's gold action sequence (`expert_turn`) from where the
-  episode's commands stopped following it (`gold_position`); the benchmarks do not re-plan, so
-  after a stray command that changed the world the rest of the sequence may no longer solve the
-  task (warm starts play it from the start, where it does);
+- the scripted expert plays the benchmark's gold action sequence (`expert_turn`) past the
+  gold commands the episode has made (`gold_position`, other commands skipped); the benchmarks
+  do not re-plan, so after a stray command that changed the world the rest of the sequence may
+  no longer solve the task (warm starts play it from the start, where it does);
 - the anchor (GiGPO's state) is the simulator's own view of the state (room and inventory).
 
 Subclasses talk to their simulator: `_start` (load the task and reset), `_send` (one command:
@@ -40,13 +40,13 @@ from agentic_rl.types import Action, Observation, StepResult, Task
 
 
 def gold_position(executed: Sequence[str], gold: Sequence[str]) -> int:
-    """How many leading commands of the episode follow the gold path: where the expert goes on
-    (`executed` [a, b, x], `gold` [a, b, c] -> 2, so the expert's next command is c)."""
+    """How far the episode got along the gold path: the gold commands it made, in order, with
+    its other commands skipped (`executed` [a, x, b], `gold` [a, b, c] -> 2: the expert's next
+    command is c). Where the expert goes on."""
     position = 0
-    for done, planned in zip(executed, gold, strict=False):
-        if done.lower() != planned.lower():
-            break
-        position += 1
+    for command in executed:
+        if position < len(gold) and command.lower() == gold[position].lower():
+            position += 1
     return position
 
 
