@@ -30,14 +30,14 @@ def teacher_checkpoint(cfg: Config) -> Path | None:
     """Check `distill.teacher` before any model loads: None for a Hugging Face model directory
     (config.json), else the checkpoint to load (the directory itself, or a run directory's
     latest). A ConfigError names the key and what a teacher may be."""
-    path = Path(cfg.distill.teacher)
-    if (path / "config.json").is_file():
-        return None
     from agentic_rl.checkpoint.layout import CheckpointError
 
-    try:
+    path = Path(cfg.distill.teacher)
+    try:  # first: a run directory has a config.json too (the run's settings)
         return resolve_checkpoint(path)
     except CheckpointError as err:
+        if (path / "config.json").is_file():
+            return None
         raise ConfigError(
             f"distill.teacher={path}: not a Hugging Face model directory (no config.json) and "
             f"not a checkpoint or run directory ({err}); train the teacher first, e.g. "
