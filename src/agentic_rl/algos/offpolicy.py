@@ -186,9 +186,13 @@ def rollout_mismatch(
     drawn by the generator), computed by :func:`~agentic_rl.algos.losses.kl_penalty`
     (``kl_penalty(behav, old, "k3")``, so the same clamps apply). Callers report the mean of
     ``k3`` and the max of ``|d|`` over masked tokens. 0 at mask-0 positions.
-    Shapes: ``[N, T]`` x 3 -> ``([N, T], [N, T])``.
+    In float64: a healthy run's k3 sits near ``d^2 / 2 ~ 1e-8`` and below, where float32's
+    ``exp(d) - 1 - d`` is rounding noise (it cannot resolve values below ~1e-7); the inputs'
+    float32 values convert exactly, so ``d`` is their exact difference.
+    Shapes: ``[N, T]`` x 3 -> ``([N, T], [N, T])``, float64.
     """
     m = as_bool_mask(mask)
-    k3 = kl_penalty(behav_logprobs.detach(), old_logprobs.detach(), "k3", mask=m)
-    diff = torch.where(m, old_logprobs.detach() - behav_logprobs.detach(), 0)
+    old, behav = old_logprobs.detach().double(), behav_logprobs.detach().double()
+    k3 = kl_penalty(behav, old, "k3", mask=m)
+    diff = torch.where(m, old - behav, 0)
     return k3, diff.abs()

@@ -239,6 +239,13 @@ def update(
         }
         measurable = False  # measured; else: on the first step's own forward passes
     all_rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
+    if measurable and on_policy:
+        # The one step's own forwards measure the rows it trains; the rows it skips (zero
+        # advantage) are scored here, on the same pre-update weights, so the metric covers
+        # every row as the recomputed pi_old's does.
+        skipped = torch.arange(len(batch))[~torch.isin(torch.arange(len(batch)), all_rows)]
+        if len(skipped):
+            mismatch = _skipped_rows_mismatch(model, batch.select(skipped), cfg, dp)
     sums = {
         "loss": 0.0,
         "clip_frac": 0.0,
@@ -340,6 +347,22 @@ def micro_batches(
         return
     for start in range(0, len(rows), size):
         yield batch.select(rows[start : start + size]), 1.0
+
+
+def _skipped_rows_mismatch(
+    model: nn.Module, rows: TrainBatch, cfg: Config, dp: DataParallel | None
+) -> dict[str, float]:
+    """The mismatch sums (k3, tokens, max |d|) of `rows` that the update will not run: their
+    learner logprobs on the current weights (a no-grad pass, as pi_old is recomputed) against
+    their behaviour logprobs."""
+    recompute_old_logprobs(model, rows, cfg, dp)  # `rows` is a copy (TrainBatch.select)
+    assert rows.behav_logprobs is not None
+    k3, delta = rollout_mismatch(rows.old_logprobs, rows.behav_logprobs, rows.loss_mask)
+    return {
+        "k3": float(k3.sum()),
+        "tokens": float(rows.loss_mask.sum()),
+        "max": float(delta.max()) if delta.numel() else 0.0,
+    }
 
 
 def _rows_with_gradient(
