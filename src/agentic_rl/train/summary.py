@@ -12,7 +12,6 @@ from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.rollout.loop import ENV_METRIC_PREFIX
 from agentic_rl.types import Trajectory
 
-
 SUBSET_MARK = "@"
 """An env metric named `env/<metric>@<subset>` (BFCL's `env/accuracy@simple_python`) is measured
 on a subset of the tasks: it is averaged over the episodes that report it, not over all."""
