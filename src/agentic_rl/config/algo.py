@@ -32,9 +32,10 @@ class AlgoConfig:
     """Loss aggregation (LOSS_AGGREGATIONS in algos/losses.py): token-mean (DAPO: every token of
     the batch weighs the same), seq-mean-token-mean (GRPO: mean over each sequence's tokens,
     then over sequences), seq-mean-token-sum-norm (Dr. GRPO: sum over tokens / (a constant,
-    rollout.max_total_tokens, x sequences)). "" (the default) = the estimator's own, filled in
-    at load: seq-mean-token-sum-norm for dr_grpo, seq-mean-token-mean for the others
-    (Estimator.loss_agg in algos/estimators.py). An estimator with an aggregation of its own
+    the most tokens a row can generate, config.rollout.max_sample_tokens, x sequences)).
+    "" (the default) = the estimator's own, filled in at load: seq-mean-token-sum-norm for
+    dr_grpo, seq-mean-token-mean for the others (Estimator.loss_agg in algos/estimators.py).
+    An estimator with an aggregation of its own
     (dr_grpo) replaces one the config inherited from a place that chose another estimator
     (the recipe's, when the command line or a stage sets algo.name); a conflicting one set on
     the command line is a load-time error (config/load.py settle_loss_agg)."""

@@ -223,6 +223,17 @@ def max_generated_tokens(rollout: RolloutConfig) -> int:
     return min(rollout.max_total_tokens, rollout.max_turns * rollout.max_tokens_per_turn)
 
 
+def max_sample_tokens(rollout: RolloutConfig) -> int:
+    """The most tokens the policy can generate in one training row: one turn in step mode
+    (each step is its own row), the whole episode's `max_generated_tokens` otherwise (a
+    context-budget segment holds at most that many). Dr. GRPO's constant normaliser
+    (algo.loss_agg=seq-mean-token-sum-norm). Memory mode is not bounded by the rollout config
+    (its memory conversations have the env's own budget): validation refuses that pairing."""
+    if rollout.mode == "step":
+        return rollout.max_tokens_per_turn
+    return max_generated_tokens(rollout)
+
+
 @dataclass
 class VLLMConfig:
     """rollout.backend=vllm: the vLLM engine that generates the rollouts (GPU only)."""

@@ -428,6 +428,12 @@ def _validate_filters(cfg: Config) -> None:
     else:
         _unused(cfg, ["filters.max_gen_batches"], "filters.dynamic_sampling is false")
     _validate_overlong(cfg)
+    if cfg.algo.loss_agg == "seq-mean-token-sum-norm" and rollout.mode == "memory":
+        raise ConfigError(
+            "algo.loss_agg=seq-mean-token-sum-norm divides by the most tokens a row can "
+            "generate, which rollout.mode=memory does not bound (each memory conversation has "
+            "the env's own budget): use token-mean or seq-mean-token-mean"
+        )
     if not 0 < f.variance_filter_keep <= 1:
         raise ConfigError(
             f"filters.variance_filter_keep must be in (0, 1], got {f.variance_filter_keep}"

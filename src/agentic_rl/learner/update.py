@@ -24,6 +24,7 @@ from agentic_rl.config.algo import (
     rollout_correction,
     rollout_correction_low,
 )
+from agentic_rl.config.rollout import max_sample_tokens
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.model.critic import critic_values, reads_policy_states
@@ -267,7 +268,7 @@ def update(
             counts = {
                 "num_sequences": len(group),
                 "num_tokens": float(batch.loss_mask[group].sum().clamp(min=1)),
-                "max_tokens": cfg.rollout.max_total_tokens,
+                "max_tokens": max_sample_tokens(cfg.rollout),  # Dr. GRPO's constant
             }
             # Only the first step's forwards run on the weights the samples were scored with.
             measure = measurable and not grad_norms
