@@ -35,10 +35,10 @@ class AlgoConfig:
     the most tokens a row can generate, config.rollout.max_sample_tokens, x sequences)).
     "" (the default) = the estimator's own, filled in at load: seq-mean-token-sum-norm for
     dr_grpo, seq-mean-token-mean for the others (Estimator.loss_agg in algos/estimators.py).
-    An estimator with an aggregation of its own
-    (dr_grpo) replaces one the config inherited from a place that chose another estimator
-    (the recipe's, when the command line or a stage sets algo.name); a conflicting one set on
-    the command line is a load-time error (config/load.py settle_loss_agg)."""
+    An estimator with an aggregation of its own (dr_grpo) replaces one the config inherited
+    from a place that chose another estimator (the recipe's, when the command line or a stage
+    sets algo.name); a conflicting one set on the command line is a load-time error
+    (config/load.py settle_loss_agg)."""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (1 - clip_low)."""
     clip_high: float = 0.2
