@@ -20,6 +20,7 @@ from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.loop import run_episodes, turn_tokens
 from agentic_rl.rollout.memory import run_memory_episodes
 from agentic_rl.rollout.stepwise import run_stepwise
+from agentic_rl.tools.base import ToolInfrastructureError
 from agentic_rl.types import Action, Completion, Observation, StepResult, Task
 
 STEP_REWARD = -0.1
@@ -149,3 +150,19 @@ def test_an_env_without_a_truncation_score_keeps_its_rewards(tokenizer, mode):
     assert samples[-1].truncated
     assert [r for s in samples for r in s.step_rewards] == pytest.approx([STEP_REWARD] * 2)
     assert all(s.reward == pytest.approx(2 * STEP_REWARD) for s in samples)
+
+
+class Down(Endless):
+    """Its tools' server is down: every step is an infrastructure failure."""
+
+    def step(self, action: Action) -> StepResult:
+        raise ToolInfrastructureError("retrieval server down")
+
+
+@pytest.mark.parametrize("mode", ["episode", "step", "budget"])
+def test_an_infrastructure_failure_on_the_first_turn_is_recorded_not_a_crash(tokenizer, mode):
+    """The failed step ends the episode with a 0 step reward for its turn (one per turn, as in
+    every mode), marked `infra_failed` so that it is replayed or dropped, never trained on."""
+    samples = play(mode, tokenizer, Down())
+    assert [s.step_rewards for s in samples] == [[0.0]]
+    assert samples[0].metrics["infra_failed"] == 1.0

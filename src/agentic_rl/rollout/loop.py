@@ -75,6 +75,7 @@ class Episode:
     think_mode: str | None = None  # Qwen3 switch of this episode (rollout.thinking_mode)
     infra_error: str = ""  # why the tools' infrastructure failed it (not the model's doing)
     images: list[ImageRef] = field(default_factory=list)  # in placeholder order (VLM policies)
+    role: str = ""  # multi-agent conversation envs: the role whose conversation is open
 
     @property
     def done(self) -> bool:
@@ -214,6 +215,7 @@ def start_episodes(
         ep = Episode(env=env, task=task, group_id=group, token_ids=ids, prompt_length=len(ids))
         ep.think_mode = mode
         ep.images = list(obs.images)
+        ep.role = obs.role
         ep.loss_mask = [0] * len(ids)
         ep.logprobs = [0.0] * len(ids)
         ep.versions = [-1] * len(ids)
@@ -271,6 +273,9 @@ def _record_step(
     if INFRA_ERROR in result.info:  # not the model's doing: end here, record nothing of it
         ep.infra_error = str(result.info[INFRA_ERROR])
         ep.terminated = True
+        # The turn still has its step reward entry (0: the episode is never trained on), so
+        # step_rewards stays one per turn and every mode reads this step's as the last one.
+        ep.step_rewards.append(0.0)
         print(
             f"tool infrastructure failed in episode of task {ep.task.task_id} "
             f"(group {ep.group_id}): {ep.infra_error}; it is replayed or dropped, never trained on",
