@@ -15,7 +15,7 @@ BFCL's prompting handlers never rename `a.b` to `a_b`), leaving the package's mo
 `BFCL_PROJECT_ROOT` (where the package writes its result and lock folders at import) defaults
 to the project's cache, not site-packages.
 
-Splits, kept apart by construction (`test_bfcl.py` proves no overlap):
+Splits, kept apart by construction (tests/envs/benchmarks/test_bfcl_env.py proves no overlap):
 - single-turn: the reported categories are BFCL's non-live ones (simple_python, multiple,
   parallel, parallel_multiple, irrelevance); training uses the live ones (user-contributed
   questions with their own function docs), minus any entry whose user text equals a reported
