@@ -161,6 +161,12 @@ class RolloutConfig:
     every episode is several independent conversations (read a section into an overwritten
     memory, then answer from the memory), each its own training sample sharing the episode's
     advantage (rollout/memory.py); max_tokens_per_turn is the answer's budget."""
+    train_roles: list[str] = field(default_factory=list)
+    """Multi-agent conversation envs (rollout.mode=memory with an env that has `roles`, e.g.
+    planner_executor): the roles whose samples train; the others act with the same policy but
+    their tokens keep loss mask 0 (a frozen agent inside the system). Empty = every role trains.
+    With one shared model a frozen role's behaviour still moves with the weights the trained
+    roles update."""
     history_window: int = 2
     """Step mode: past steps (model turn + observation) kept in each step's context."""
     context_budget: int = 0

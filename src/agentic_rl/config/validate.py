@@ -370,6 +370,7 @@ def _validate_step_mode(cfg: Config) -> None:
             ["gigpo.omega", "gigpo.gamma", "gigpo.norm", "gigpo.similarity_threshold"],
             f"algo.name={algo.name} is not step-wise (gigpo is)",
         )
+    _validate_train_roles(cfg)
     if rollout.mode == "episode":
         _unused(cfg, ["rollout.history_window"], "rollout.mode=episode keeps the whole history")
         return
@@ -401,6 +402,29 @@ def _validate_memory_mode(cfg: Config) -> None:
         ["rollout.history_window"],
         "rollout.mode=memory builds each conversation from the problem, memory and section",
     )
+
+
+def _validate_train_roles(cfg: Config) -> None:
+    """rollout.train_roles names roles of a multi-agent conversation env (its class's `roles`),
+    which only rollout.mode=memory plays role by role."""
+    roles = cfg.rollout.train_roles
+    if not roles:
+        return
+    from agentic_rl.envs.registry import env_class
+
+    known = tuple(getattr(env_class(cfg.env.name), "roles", ()))
+    if cfg.rollout.mode != "memory" or not known:
+        raise ConfigError(
+            f"rollout.train_roles={roles} picks agents of a multi-agent env played with "
+            f"rollout.mode=memory; env.name={cfg.env.name} with rollout.mode={cfg.rollout.mode} "
+            "has no roles (e.g. env.name=planner_executor)"
+        )
+    unknown = [r for r in roles if r not in known]
+    if unknown:
+        raise ConfigError(
+            f"rollout.train_roles names {unknown}, which env.name={cfg.env.name} does not have "
+            f"(its roles: {', '.join(known)})"
+        )
 
 
 def _validate_filters(cfg: Config) -> None:

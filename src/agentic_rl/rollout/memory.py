@@ -45,6 +45,7 @@ from agentic_rl.envs.memory.memagent import (
 from agentic_rl.formats.chat import ChatFormat
 from agentic_rl.model.tokens import encode_prompt, encode_text
 from agentic_rl.rollout.loop import (
+    ENV_METRIC_PREFIX,
     Actor,
     Episode,
     _episode_metrics,
@@ -165,6 +166,7 @@ class _Driver:
                 turn_spans=[(len(prompt), len(prompt) + len(reply))],
                 step_rewards=[reward],
                 completion_text=text,
+                role=self.ep.role,
             )
         )
         return text
@@ -288,13 +290,27 @@ class _Conversations(_Driver):
         self.ep.token_ids = self.prompt
         return self.cfg.max_tokens_per_turn
 
+    def metrics(self) -> dict[str, float]:
+        """Multi-agent envs (`roles`): conversations and generated tokens of each role."""
+        out: dict[str, float] = {}
+        for role in getattr(self.ep.env, "roles", ()):
+            mine = [s for s in self.samples if s.role == role]
+            generated = sum(len(s.token_ids) - s.prompt_length for s in mine)
+            out[f"{ENV_METRIC_PREFIX}{role}_conversations"] = float(len(mine))
+            out[f"{ENV_METRIC_PREFIX}{role}_tokens"] = float(generated)
+        return out
+
     def record(self, completion: Completion, fmt: ChatFormat) -> None:
         text = completion.text or self.tokenizer.decode(completion.token_ids)
         result = self.ep.env.step(fmt.parse(text, completion.finish_reason))
         last = len(self.samples) + 1 >= self.cfg.max_turns
         _record_step(self.ep, result, fmt, self.tokenizer, last)
         self._sample(completion, self.ep.step_rewards[-1])
+        sample = self.samples[-1]
+        if self.cfg.train_roles and sample.role not in self.cfg.train_roles:
+            sample.loss_mask = [0] * len(sample.loss_mask)  # a frozen role: acts, never trains
         if self.ep.done or result.observation is None or not result.observation.messages:
             self.finished = True
             return
+        self.ep.role = result.observation.role  # the role whose conversation opens next
         self.prompt = encode_prompt(self.tokenizer, result.observation.messages)
