@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from agentic_rl.config.load import load_config
-from agentic_rl.envs.search import zerosearch as zs
 from agentic_rl.envs.from_config import make_envs
+from agentic_rl.envs.search import zerosearch as zs
 from agentic_rl.logging import read_metrics
 from agentic_rl.retrieval.simulated import SimulatedSearchTool
 from agentic_rl.tools.search import BM25Search
