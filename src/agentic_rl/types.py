@@ -126,6 +126,26 @@ class SamplingParams:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class TreePosition:
+    """Where a leaf of a tree rollout (rollout.tree, rollout/tree.py) sits in its tree.
+
+    A branch copies its parent's first `shared_turns` model turns (with the observations after
+    them) token for token, ids, loss mask and behaviour logprobs, so the first `shared_tokens`
+    token ids of the two leaves are identical; the rest the branch sampled itself."""
+
+    tree_id: str
+    """Unique in the batch: the task's group and the root's index."""
+    leaf: int
+    """This leaf's index in its tree; 0 is the root chain."""
+    parent: int = -1
+    """The leaf it branched from (-1: the root chain)."""
+    shared_turns: int = 0
+    """Model turns copied from the parent (0: nothing but the prompt)."""
+    shared_tokens: int = 0
+    """Token ids copied from the parent (the prompt included; 0 for the root chain)."""
+
+
 @dataclass
 class Trajectory:
     """One episode, token by token.
@@ -160,6 +180,8 @@ class Trajectory:
     """The images whose placeholder tokens are in `token_ids`, in order of appearance."""
     role: str = ""
     """The agent role that wrote this sample's turns (multi-agent envs); empty otherwise."""
+    tree: TreePosition | None = None
+    """Tree rollouts: this leaf's place in its tree (None: an independent episode)."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
