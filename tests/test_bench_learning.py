@@ -1,0 +1,48 @@
+"""bench/learning.py: the held-out curve, the RL gain over seeds, the family table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from learning import FAMILIES, eval_curve, rl_gain  # noqa: E402
+
+
+def test_eval_curve_reads_the_held_out_evaluations(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [
+        {"step": 0, "eval_before/success": 0.0},
+        {"step": 0, "eval_warm_start/success": 0.5},  # step 0 of the curve: after the warm start
+        {"step": 1, "train/reward": 1.0},
+        {"step": 2, "eval/success": 0.75},
+        {"step": 4, "eval/success": 1.0},
+    ]
+    text = "\n".join(json.dumps(r) for r in records) + "\n{cut by a kill"
+    (run / "metrics.jsonl").write_text(text)
+    assert eval_curve(run, "success") == [[0, 0.5], [2, 0.75], [4, 1.0]]
+
+
+def test_rl_gain_is_after_rl_minus_the_warm_start() -> None:
+    seeds = [
+        {"before": 0.0, "warm_start": 0.5, "after_rl": 0.75},
+        {"before": 0.0, "warm_start": 0.6, "after_rl": 0.7},
+        {"before": 0.1, "warm_start": None, "after_rl": 0.4},  # no warm start: over `before`
+    ]
+    gain = rl_gain(seeds)
+    assert gain["mean"] == pytest.approx((0.25 + 0.1 + 0.3) / 3)
+    assert gain["min"] == pytest.approx(0.1) and gain["max"] == pytest.approx(0.3)
+    assert rl_gain([]) is None
+
+
+def test_every_family_names_a_shipped_recipe() -> None:
+    shipped = {p.stem for p in (ROOT / "recipes").glob("*.yaml")}
+    for key, family in FAMILIES.items():
+        assert family.recipe in shipped, key
+        assert 0 < family.eval_every <= family.steps
