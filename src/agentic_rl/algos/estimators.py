@@ -32,6 +32,7 @@ from agentic_rl.algos.advantages import (
     whiten_advantages,
 )
 from agentic_rl.algos.gigpo import gigpo_advantages
+from agentic_rl.algos.tree import tree_grpo_advantages
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class AdvantageInputs:
     """[B] long task type of each row (trr_pp); None = one type."""
     role_ids: Tensor | None = None
     """[B] long role of each row (trr_pp); None = one role."""
+    tree_ids: Tensor | None = None
+    """[B] long: the leaves of one tree share an id, unique across groups (tree_grpo;
+    rollout.tree)."""
 
 
 DEFAULT_LOSS_AGG = "seq-mean-token-mean"
@@ -98,6 +102,8 @@ class Estimator:
     task_buckets: bool = False
     """Normalises within (task type x role) buckets read from algo.trr_type_field /
     algo.trr_role_field."""
+    tree_groups: bool = False
+    """Normalises within each tree of a tree rollout too (Tree-GRPO): needs rollout.tree."""
     discounted: bool = False
     """Discounts its token returns by algo.gamma (GAE, REINFORCE++): algo.gamma acts."""
     loss_agg: str = ""
@@ -173,6 +179,13 @@ def _trr_pp(x: AdvantageInputs) -> tuple[Tensor, None]:
     return trr_pp_advantages(x.rewards, types, roles, x.mask), None
 
 
+def _tree_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    if x.tree_ids is None:
+        raise ValueError("tree_grpo needs the tree of each row: play with rollout.tree")
+    adv = tree_grpo_advantages(x.rewards, x.group_ids, x.tree_ids)
+    return outcome_to_token_advantages(adv, x.mask), None
+
+
 # `algo.name`.
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": Estimator(_grpo, sequence_level=True, per_episode=True, needs_groups=True),
@@ -193,4 +206,5 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     ),
     "gigpo": Estimator(_gigpo, sequence_level=True, step_wise=True, needs_groups=True),
     "trr_pp": Estimator(_trr_pp, sequence_level=True, task_buckets=True),
+    "tree_grpo": Estimator(_tree_grpo, sequence_level=True, needs_groups=True, tree_groups=True),
 }

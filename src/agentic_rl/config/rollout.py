@@ -126,6 +126,25 @@ class EnvConfig:
 
 
 @dataclass
+class TreeConfig:
+    """rollout.tree: Tree-GRPO's agent-step trees (Ji et al. 2025, arXiv 2509.21240;
+    rollout/tree.py). Per task, `roots` independent episodes are played; then `iterations`
+    times, `expansions` nodes of each tree (turn boundaries after an observation) are chosen
+    at random and each is continued to the end as a new leaf that shares its parent's prefix.
+    Each tree ends with 1 + iterations x expansions leaves, and rollout.group_size must equal
+    the task's leaves, roots x (1 + iterations x expansions). Episode mode only; the env must
+    be branchable (envs/base.py). The reference scripts' default is roots=2, expansions=2,
+    iterations=1."""
+
+    roots: int = 0
+    """M: trees per task (independent root episodes); 0 = no tree rollout."""
+    expansions: int = 2
+    """N: nodes of each tree expanded per iteration."""
+    iterations: int = 1
+    """L: expansion rounds; a later round may branch from an earlier round's leaves."""
+
+
+@dataclass
 class RolloutConfig:
     tasks_per_step: int = 2
     """B: tasks per training step."""
@@ -167,6 +186,8 @@ class RolloutConfig:
     their tokens keep loss mask 0 (a frozen agent inside the system). Empty = every role trains.
     With one shared model a frozen role's behaviour still moves with the weights the trained
     roles update."""
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    """Tree-shaped rollouts (episode mode): see TreeConfig."""
     history_window: int = 2
     """Step mode: past steps (model turn + observation) kept in each step's context."""
     context_budget: int = 0

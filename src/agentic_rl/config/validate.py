@@ -31,6 +31,7 @@ from agentic_rl.config.rollout import max_generated_tokens
 from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_env import validate_env
 from agentic_rl.config.validate_scale import validate_distributed
+from agentic_rl.config.validate_tree import validate_tree
 from agentic_rl.config.validate_update import validate_update
 from agentic_rl.formats.registry import CHAT_FORMATS
 from agentic_rl.model.load import takes_images, vision_family
@@ -138,6 +139,7 @@ def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
     _validate_policy_loss(cfg)
     _validate_step_mode(cfg)
     _validate_context_budget(cfg)
+    validate_tree(cfg, explicit)
     _validate_filters(cfg)
     _validate_thinking(cfg)
     _validate_self_play(cfg)

@@ -77,6 +77,7 @@ class TrainBatch:
     step_group_ids: torch.Tensor | None = None  # [N] long anchor-state groups (gigpo)
     task_type_ids: torch.Tensor | None = None  # [N] long (trr_pp)
     role_ids: torch.Tensor | None = None  # [N] long (trr_pp)
+    tree_ids: torch.Tensor | None = None  # [N] long: the tree of each leaf (rollout.tree)
     advantages: torch.Tensor | None = None  # [N, T]
     returns: torch.Tensor | None = None  # [N, T] (ppo)
     old_values: torch.Tensor | None = None  # [N, T] (ppo)
@@ -141,6 +142,8 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
     old = torch.zeros((n, width))
     token_rewards = torch.zeros((n, width))
     groups: dict[str, int] = {}
+    trees: dict[str, int] = {}
+    tree_of: list[int] = []
     for i, t in enumerate(trajectories):
         length = len(t.token_ids)
         ids[i, :length] = torch.tensor(t.token_ids)
@@ -158,6 +161,9 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         if abs(leftover) > 0 and ends and ends[-1] is not None:
             token_rewards[i, ends[-1]] += leftover
         groups.setdefault(t.group_id, len(groups))
+        # A row outside any tree is a tree of its own (Tree-GRPO's intra term is 0 for it).
+        key = t.tree.tree_id if t.tree is not None else f"\0row{i}"
+        tree_of.append(trees.setdefault(key, len(trees)))
     return TrainBatch(
         input_ids=ids,
         attention_mask=attn,
@@ -168,6 +174,9 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         token_rewards=token_rewards * mask,
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
         episode_index=torch.arange(n),
+        tree_ids=torch.tensor(tree_of, dtype=torch.long)
+        if any(t.tree is not None for t in trajectories)
+        else None,
         images=[list(t.images) for t in trajectories]
         if any(t.images for t in trajectories)
         else None,

@@ -70,6 +70,7 @@ def compute_advantages(
             gigpo_norm=gigpo.norm,
             task_type_ids=batch.task_type_ids,
             role_ids=batch.role_ids,
+            tree_ids=batch.tree_ids,
         )
     )
     batch.advantages = advantages
