@@ -304,7 +304,7 @@ def _record_step(
     return encode_text(tokenizer, fmt.render_observation(result.observation))
 
 
-def _apply_step(
+def apply_step(
     ep: Episode,
     result: StepResult,
     fmt: ChatFormat,
@@ -337,33 +337,50 @@ def run_episodes(
     """Run one episode per (env, task) to the end and return token-native trajectories."""
     episodes = start_episodes(envs, tasks, group_ids, tokenizer, seed, cfg.thinking_mode, fmt)
     for turn in range(cfg.max_turns):
-        live = [ep for ep in episodes if not ep.done]
-        if not live:
+        if not play_turn(episodes, act, fmt, tokenizer, cfg, turn):
             break
-        budgets = [
-            min(cfg.max_tokens_per_turn, cfg.max_total_tokens - ep.response_length) for ep in live
-        ]
-        for ep, budget in zip(live, budgets, strict=True):
-            if budget <= 0:
-                ep.truncated = True
-        live_budgets = [(ep, b) for ep, b in zip(live, budgets, strict=True) if b > 0]
-        if not live_budgets:
-            break
-        live, budgets = [p[0] for p in live_budgets], [p[1] for p in live_budgets]
-        completions = act(live, budgets, turn)
-        actions = []
-        for ep, c in zip(live, completions, strict=True):
-            start = len(ep.token_ids)
-            ep.append_turn(c)
-            ep.turn_spans.append((start, len(ep.token_ids)))
-            text = c.text or tokenizer.decode(c.token_ids)
-            actions.append(fmt.parse(text, c.finish_reason))
-        results = step_envs([ep.env for ep in live], actions)
-        for ep, result in zip(live, results, strict=True):
-            _apply_step(ep, result, fmt, tokenizer, cfg, last_turn=turn == cfg.max_turns - 1)
     for ep in episodes:
         end_episode(ep)
-    return [_to_trajectory(ep, tokenizer) for ep in episodes]
+    return [to_trajectory(ep, tokenizer) for ep in episodes]
+
+
+def play_turn(
+    episodes: Sequence[Episode],
+    act: Actor,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    turn: int,
+    act_turn: int | None = None,
+) -> list[tuple[Episode, Action, StepResult]]:
+    """One turn of every live episode of `episodes`: one `act` call for all of them, their
+    actions parsed and stepped, the observations appended. `turn` is the episodes' turn index
+    (the last one, rollout.max_turns - 1, truncates); `act_turn` (default `turn`) is the index
+    the actor seeds its sampling with (tree rollouts give each round its own). Returns what
+    each played episode did, in order; empty when no episode was left to play."""
+    live = [ep for ep in episodes if not ep.done]
+    budgets = [
+        min(cfg.max_tokens_per_turn, cfg.max_total_tokens - ep.response_length) for ep in live
+    ]
+    for ep, budget in zip(live, budgets, strict=True):
+        if budget <= 0:
+            ep.truncated = True
+    live_budgets = [(ep, b) for ep, b in zip(live, budgets, strict=True) if b > 0]
+    if not live_budgets:
+        return []
+    live, budgets = [p[0] for p in live_budgets], [p[1] for p in live_budgets]
+    completions = act(live, budgets, turn if act_turn is None else act_turn)
+    actions = []
+    for ep, c in zip(live, completions, strict=True):
+        start = len(ep.token_ids)
+        ep.append_turn(c)
+        ep.turn_spans.append((start, len(ep.token_ids)))
+        text = c.text or tokenizer.decode(c.token_ids)
+        actions.append(fmt.parse(text, c.finish_reason))
+    results = step_envs([ep.env for ep in live], actions)
+    for ep, result in zip(live, results, strict=True):
+        apply_step(ep, result, fmt, tokenizer, cfg, last_turn=turn == cfg.max_turns - 1)
+    return list(zip(live, actions, results, strict=True))
 
 
 def end_episode(ep: Episode) -> float:
@@ -423,7 +440,7 @@ def oldest_version(versions: Sequence[int]) -> int:
     return min((v for v in versions if v >= 0), default=0)
 
 
-def _to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
+def to_trajectory(ep: Episode, tokenizer: Any) -> Trajectory:
     return Trajectory(
         token_ids=ep.token_ids,
         loss_mask=ep.loss_mask,
