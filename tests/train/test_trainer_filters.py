@@ -134,7 +134,8 @@ def test_overlong_filter_masks_truncated_episodes_only():
 def test_overlong_soft_penalty_reaches_the_rewards():
     setup = setup_with(
         lambda c, i, gold: right_if(True, gold) if i % 2 else "<calc>1+1</calc>" * (1 + c),
-        "filters.overlong_buffer=236",  # the recipe's max_total_tokens 256: L_exp = 20 tokens
+        # the smoke run generates at most 2 turns x 48 = 96 tokens: L_exp = 20 tokens
+        "filters.overlong_buffer=76",
     )
     episodes, _, metrics = collect(setup, 1)
     assert metrics["overlong_penalized"] > 0 and metrics["overlong_penalty"] < 0
@@ -145,7 +146,7 @@ def test_overlong_soft_penalty_reaches_the_rewards():
         s[0].metrics["response_tokens"] > s[0].metrics["generated_tokens"]
         for s in episodes.samples[::2]
     )
-    penalties = [min(0.0, (20 - n) / 236) for n in lengths]
+    penalties = [min(0.0, (20 - n) / 76) for n in lengths]
     assert [s[0].reward for s in episodes.samples][1::2] == pytest.approx(
         [1.0 + p for p in penalties[1::2]]
     )
@@ -166,7 +167,7 @@ def test_dynamic_sampling_compares_outcomes_before_the_length_penalty(metric):
         plan,
         "filters.dynamic_sampling=true",
         f"filters.metric={metric}",
-        "filters.overlong_buffer=236",  # L_exp = 20 generated tokens
+        "filters.overlong_buffer=76",  # L_exp = 96 - 76 = 20 generated tokens
     )
     episodes, generated, metrics = collect(setup, 1)
     shaped = [s[0].reward for s in generated.samples[:2]]
