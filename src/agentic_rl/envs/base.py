@@ -30,6 +30,14 @@ class Env(Protocol):
     without one is refused at load, naming the row: envs/task_files.py) and
     `expert_reads_task_files = True` (the scripted expert works on such rows too, so a warm
     start may play them).
+
+    Branching (tree rollouts, rollout/tree.py): by default an env branches by deterministic
+    replay: `reset(task, seed)`, then the recorded actions of an episode applied again, gives
+    the same observations, rewards and end flags (`check_env` tests it). An env that can copy
+    itself may also define `fork() -> Env`, an independent copy in its current state, which a
+    tree rollout uses instead of replaying. An env that can do neither (its steps depend on
+    the outside world or on unseeded randomness) declares the class attribute
+    `branchable = False`: tree rollouts refuse it at load (`is_branchable`).
     """
 
     tools: list[Tool]
@@ -48,6 +56,12 @@ def has_expert(env: Any) -> bool:
     that is not `ToolEnv`'s unimplemented placeholder."""
     method = getattr(env if isinstance(env, type) else type(env), "expert_turn", None)
     return callable(method) and method is not ToolEnv.expert_turn
+
+
+def is_branchable(env: Any) -> bool:
+    """Whether episodes of `env` (an instance or a class) can branch: by replay of the action
+    prefix unless the env declares `branchable = False` (see `Env`)."""
+    return bool(getattr(env, "branchable", True))
 
 
 def task_has_expert(task: Task) -> bool:
@@ -346,6 +360,75 @@ def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
     _require(False, "expert terminates", f"{task.task_id}: no answer within {max_turns} turns")
 
 
+def _probe_actions(env: Env, task: Task, seed: int, max_turns: int) -> list[Action]:
+    """Actions that go some way into an episode, for the replay check: the scripted expert's
+    (where it plays the task), else an invalid action, a call of every tool and the gold
+    answer."""
+    if has_expert(env) and task_has_expert(task):
+        env.reset(task, seed)
+        tools = {tool.name: tool for tool in env.tools}
+        actions = []
+        for _ in range(max_turns):
+            actions.append(_parse_expert(env.expert_turn(), tools))
+            result = env.step(actions[-1])
+            if result.terminated or result.truncated:
+                break
+        return actions
+    actions = [Action(kind="invalid", error="check_env test")]
+    actions += [Action(kind="tool", name=t.name, arguments=_sample_arguments(t)) for t in env.tools]
+    if task.answers:
+        actions.append(Action(kind="answer", text=task.answers[0]))
+    return actions
+
+
+def _outcome(result: StepResult) -> tuple[Any, ...]:
+    """What a branch must see again: the observation, the reward and the end flags (the info
+    dict may carry timings)."""
+    return (result.observation, result.reward, result.terminated, result.truncated)
+
+
+def _play(env: Env, task: Task, seed: int, actions: list[Action]) -> list[tuple[Any, ...]]:
+    env.reset(task, seed)
+    outcomes = []
+    for action in actions:
+        outcomes.append(_outcome(env.step(action)))
+        if outcomes[-1][2] or outcomes[-1][3]:
+            break
+    return outcomes
+
+
+def _check_replay(env: Env, task: Task, seed: int, max_turns: int) -> None:
+    """Tree rollouts branch an episode by replaying its action prefix (or by `fork()`): the
+    same actions after the same reset must give the same observations, rewards and end flags,
+    and a fork must step like the original without disturbing it."""
+    actions = _probe_actions(env, task, seed, max_turns)
+    first = _play(env, task, seed, actions)
+    second = _play(env, task, seed, actions)
+    for k, (a, b) in enumerate(zip(first, second, strict=True)):
+        _require(
+            a == b,
+            "replay determinism",
+            f"{task.task_id}: step {k} ({actions[k].kind} {actions[k].name}) gave {b} on replay, "
+            f"{a} the first time; an env that cannot be replayed declares branchable = False "
+            "(or defines fork())",
+        )
+    if not callable(getattr(env, "fork", None)):
+        return
+    env.reset(task, seed)
+    for k, expected in enumerate(first):
+        copy = env.fork()
+        _require(
+            _outcome(copy.step(actions[k])) == expected,
+            "fork",
+            f"{task.task_id}: a fork made before step {k} steps differently from the original",
+        )
+        _require(
+            _outcome(env.step(actions[k])) == expected,
+            "fork",
+            f"{task.task_id}: stepping a fork changed the original (step {k}): fork() must copy",
+        )
+
+
 def _guarded(check: str, task: Task, run: Any, *args: Any) -> None:
     """`run(*args)`; an exception the env raises inside a check becomes an EnvCheckError that
     names the check and the task (the env's own error chained to it): a checker reports what
@@ -373,7 +456,9 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     not warm-started. Tasks without gold answers (a task solved by acting, never answered in
     text, e.g. image planning) skip the answer check. An expert episode the env truncates (its
     step limit) fails the expert check; an exception the env raises in any check is reported
-    as an EnvCheckError naming the check and the task.
+    as an EnvCheckError naming the check and the task. Envs that can branch (tree rollouts;
+    all but those declaring `branchable = False`) must replay: the same actions after the same
+    reset give the same observations, rewards and end flags; an env with `fork()` must fork.
     """
     _require(bool(tasks), "tasks given", "check_env needs at least one task")
     _require(isinstance(getattr(env, "tools", None), list), "env.tools is a list")
@@ -393,4 +478,8 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
             _guarded("expert succeeds", task, _check_expert, env, task, seed, max_expert_turns)
         elif expert and not any(s.startswith("expert succeeds on") for s in skipped):
             skipped.append("expert succeeds on tasks marked has_expert=false (it has none)")
+        if is_branchable(env):
+            _guarded("replay determinism", task, _check_replay, env, task, seed, max_expert_turns)
+    if not is_branchable(env):
+        skipped.append("replay determinism (the env declares branchable = False)")
     return skipped

@@ -67,7 +67,10 @@ class MemoryBank:
         self._db.close()
 
     def clear(self) -> None:
+        """Empty the bank and restart its ids at 1, so that an episode's ids (which the prompts
+        show) do not depend on the episodes the bank held before: a reset replays exactly."""
         self._db.execute("DELETE FROM memories")
+        self._db.execute("DELETE FROM sqlite_sequence WHERE name = 'memories'")
         self._db.commit()
 
     def add(self, text: str) -> int:
