@@ -1,0 +1,168 @@
+"""CISPO, Clip-Cov, KL-Cov, GMPO and IcePop against the default recipe's loss, on the bundled
+model: policy entropy and held-out success per step, three seeds, budgeted in optimizer steps.
+
+Each arm is the default recipe (`search_qa_grpo`: expert warm start, then GRPO with clip-higher
+and 2 PPO mini-batches a step) with one change:
+
+  * ppo (baseline)      the recipe as shipped
+  * cispo               algo.policy_loss=cispo (cap 1.2, no lower bound), token-mean
+  * clip_cov            algo.policy_loss=clip_cov, the paper's band (1, 5) and ratio 2e-4
+  * clip_cov_x100       ... ratio 2e-2: at CPU batch sizes 2e-4 detaches one token a micro-batch
+  * kl_cov              algo.policy_loss=kl_cov, ratio 2e-4, coefficient 1
+  * gmpo                algo.policy_loss=gmpo, log-space clip 0.4
+  * bf16_tis / bf16_icepop  rollouts in bf16 against the fp32 learner (a real mismatch):
+                        truncated IS (C = 2) vs IcePop (band [0.5, 5]); the mismatch metrics
+                        (mismatch_k3, mismatch_max_abs) and the zeroed fraction are recorded
+
+Every arm runs `trainer.steps` RL steps (each 2 optimizer steps), evaluating on the held-out
+tasks every `eval_every` steps; time limits are off, so a loaded machine changes the time, not
+the result. Each run is a separate `agentic-rl train` process.
+
+    .venv/bin/python bench/newer_losses.py                     # all arms, seeds 0 1 2
+    .venv/bin/python bench/newer_losses.py --arms ppo cispo --seeds 0 --steps 4   # a quick look
+
+Writes bench/results/newer_losses.json (per arm and seed: the per-step train metrics and the
+held-out evaluations) and prints a markdown table of the means over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "newer_losses.json"
+RESET = ["algo.clip_high=0.2"]  # the recipe's clip-higher is a knob of ppo/clip_cov only
+ARMS: dict[str, list[str]] = {
+    "ppo": [],
+    "cispo": ["algo.policy_loss=cispo", *RESET, "algo.loss_agg=token-mean"],
+    "clip_cov": ["algo.policy_loss=clip_cov"],
+    "clip_cov_x100": ["algo.policy_loss=clip_cov", "algo.clip_cov_ratio=0.02"],
+    "kl_cov": ["algo.policy_loss=kl_cov", *RESET],
+    "gmpo": ["algo.policy_loss=gmpo", *RESET],
+    "bf16_tis": ["rollout.mixed_precision=bf16", "algo.rollout_correction=tis"],
+    "bf16_icepop": ["rollout.mixed_precision=bf16", "algo.rollout_correction=icepop"],
+}
+TRAIN_KEYS = (
+    "entropy",
+    "success",
+    "reward",
+    "clip_frac",
+    "mismatch_k3",
+    "mismatch_max_abs",
+    "rollout_correction_weight",
+    "rollout_correction_zeroed",
+    "step_seconds",
+)
+
+
+def run_arm(args: argparse.Namespace, arm: str, seed: int, out: Path) -> dict[str, Any]:
+    """One `agentic-rl train` run of the default recipe with the arm's overrides."""
+    overrides = [
+        f"trainer.seed={seed}",
+        f"trainer.steps={args.steps}",
+        f"trainer.eval_every={args.eval_every}",
+        "trainer.max_minutes=0",
+        "trainer.progress=false",
+        "trainer.log_trajectories=0",
+        f"trainer.out_dir={out}",
+        f"trainer.run_name={arm}-{seed}",
+        *ARMS[arm],
+        *args.overrides,
+    ]
+    cmd = [sys.executable, "-m", "agentic_rl.cli", "train", args.recipe, *overrides]
+    t0 = time.time()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / f"{arm}-{seed}" / "metrics.jsonl").open()]
+    train = [
+        {"step": r["step"], **{k: r[f"train/{k}"] for k in TRAIN_KEYS if f"train/{k}" in r}}
+        for r in rows
+        if "train/reward" in r
+    ]
+    evals = [{"step": r["step"], "success": r["eval/success"]} for r in rows if "eval/success" in r]
+    return {"train": train, "eval": evals, "wall_seconds": time.time() - t0, "command": cmd}
+
+
+def mean_of(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| arm | held-out success, last eval (mean of seeds) | train entropy, first -> last step"
+        " | clip_frac | mismatch_k3 | zeroed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, seeds in results.items():
+        runs = list(seeds.values())
+        last = mean_of([r["eval"][-1]["success"] for r in runs if r["eval"]])
+        # entropy is a learner metric: absent on steps whose update was skipped
+        entropies = [[row["entropy"] for row in r["train"] if "entropy" in row] for r in runs]
+        first_h = mean_of([h[0] for h in entropies if h])
+        last_h = mean_of([h[-1] for h in entropies if h])
+
+        def avg(key: str, runs: list[dict[str, Any]] = runs) -> str:
+            vals = [row[key] for r in runs for row in r["train"] if key in row]
+            return f"{statistics.fmean(vals):.4f}" if vals else "-"
+
+        def num(x: float | None) -> str:
+            return "-" if x is None else f"{x:.3f}"
+
+        lines.append(
+            f"| {arm} | {num(last)} | {num(first_h)} -> {num(last_h)} | {avg('clip_frac')} | "
+            f"{avg('mismatch_k3')} | {avg('rollout_correction_zeroed')} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", default="search_qa_grpo")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--overrides", nargs="*", default=[], help="added to every run")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    results: dict[str, dict[str, Any]] = {}
+    if args.out.is_file():  # resume: keep the arms and seeds already measured
+        results = json.loads(args.out.read_text()).get("results", {})
+    with tempfile.TemporaryDirectory(prefix="newer-losses-") as tmp:
+        for seed in args.seeds:
+            for arm in args.arms:
+                if str(seed) in results.get(arm, {}):
+                    continue
+                print(f"[{arm} seed {seed}]", flush=True)
+                results.setdefault(arm, {})[str(seed)] = run_arm(args, arm, seed, Path(tmp))
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(
+                    json.dumps(
+                        {
+                            "command": " ".join(sys.argv),
+                            "recipe": args.recipe,
+                            "steps": args.steps,
+                            "optimizer_steps_per_step": 2,
+                            "eval_every": args.eval_every,
+                            "arms": {a: ARMS[a] for a in results},
+                            "machine": platform.platform(),
+                            "results": results,
+                        },
+                        indent=1,
+                    )
+                )
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
