@@ -19,10 +19,20 @@ from agentic_rl.algos.advantages import (
 )
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Estimator
 from agentic_rl.algos.gigpo import gigpo_advantages
+from agentic_rl.algos.turns import (
+    mt_grpo_token_advantages,
+    turn_gae,
+    turn_group_advantages,
+    turn_to_token_advantages,
+)
 
 REWARDS = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 0.0])
 GROUPS = torch.tensor([0, 0, 1, 1, 2, 2])
 MASK = torch.tensor([[1, 1, 0], [0, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 1]]).float()
+# turn of each token (-1 off turns) and each row's turn rewards: rows 2 and 4 have one turn
+TURN_IDS = torch.tensor([[0, 1, -1], [-1, 0, 1], [0, -1, -1], [0, 0, 1], [0, -1, -1], [0, -1, 1]])
+NUM_TURNS = torch.tensor([2, 2, 1, 2, 1, 2])
+TURN_REWARDS = torch.tensor([[0.5, 0.5], [0.0, 0.0], [0.5, 0.0], [1.0, -0.5], [2.0, 0.0], [0.0, 0]])
 
 
 def inputs(**kw) -> AdvantageInputs:
@@ -36,6 +46,9 @@ def inputs(**kw) -> AdvantageInputs:
         "values": torch.full((6, 3), 0.25) * MASK,
         "step_returns": REWARDS * 0.5,
         "step_group_ids": torch.tensor([0, 0, 1, 2, 3, 3]),
+        "turn_ids": TURN_IDS,
+        "turn_rewards": TURN_REWARDS,
+        "num_turns": NUM_TURNS,
     }
     return AdvantageInputs(**{**base, **kw})
 
@@ -105,18 +118,67 @@ def test_trr_pp_entry_defaults_to_one_bucket():
     torch.testing.assert_close(adv, trr_pp_advantages(REWARDS, types, zeros, MASK))
 
 
+def test_mt_grpo_entry_is_outcome_plus_turn_advantages_before_the_last_turn():
+    adv, returns = ADVANTAGE_ESTIMATORS["mt_grpo"].fn(inputs(turn_coef=0.5))
+    assert returns is None
+    # only the turns before each row's last enter the per-turn-index groups
+    earlier = torch.tensor([[1, 0], [1, 0], [0, 0], [1, 0], [0, 0], [1, 0]])
+    turn_adv = turn_group_advantages(TURN_REWARDS, earlier, GROUPS)
+    expected = mt_grpo_token_advantages(
+        grpo_advantages(REWARDS, GROUPS), turn_adv, TURN_IDS, MASK, NUM_TURNS - 1, turn_coef=0.5
+    )
+    torch.testing.assert_close(adv, expected)
+    # group 0's first turns (0.5 vs 0.0) differ: the turn term moves them; group 1's row 3 is
+    # the only one with a turn before its last: a singleton, no turn advantage
+    assert adv[0, 0] > adv[0, 1] and adv[1, 1] < adv[1, 2]
+    assert adv[3, 0] == adv[3, 2]
+    with pytest.raises(ValueError, match="mt_grpo needs the turns"):
+        ADVANTAGE_ESTIMATORS["mt_grpo"].fn(inputs(turn_ids=None))
+
+
+def test_turn_ppo_entry_is_whitened_turn_gae_read_at_turn_starts():
+    values = torch.tensor([[0.1, 0.2, 0.0], [0.0, 0.3, 0.4], [0.5, 0.0, 0.0]] * 2)
+    x = inputs(values=values, gamma=0.9, lam=0.8)
+    adv, returns = ADVANTAGE_ESTIMATORS["turn_ppo"].fn(x)
+    # turn starts: the first trained token of each turn
+    starts = torch.tensor([[1, 1, 0], [0, 1, 1], [1, 0, 0], [1, 0, 1], [1, 0, 0], [1, 0, 1]])
+    positions = ADVANTAGE_ESTIMATORS["turn_ppo"].value_positions(x)
+    assert torch.equal(positions, starts.bool())
+    turn_v = torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.0], [0.1, 0.0], [0.0, 0.0], [0.5, 0.0]])
+    present = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 1], [1, 0], [1, 1]])
+    gae, ret = turn_gae(TURN_REWARDS, turn_v, present, gamma=0.9, lam=0.8)
+    torch.testing.assert_close(
+        adv, whiten_advantages(turn_to_token_advantages(gae, TURN_IDS, MASK), MASK)
+    )
+    torch.testing.assert_close(returns, turn_to_token_advantages(ret, TURN_IDS, starts))
+    with pytest.raises(ValueError, match="turn_ppo needs old values"):
+        ADVANTAGE_ESTIMATORS["turn_ppo"].fn(inputs(values=None))
+
+
 def test_flags():
     def having(flag):
         return {name for name, e in ADVANTAGE_ESTIMATORS.items() if getattr(e, flag)}
 
     assert having("per_episode") == {"grpo", "dr_grpo", "rloo"}
     assert having("step_wise") == {"gigpo"}
-    assert having("needs_value_head") == {"ppo"}
+    assert having("needs_value_head") == {"ppo", "turn_ppo"}
+    assert having("turn_level") == {"mt_grpo", "turn_ppo"}
+    assert having("turn_groups") == {"mt_grpo"}
+    assert having("value_positions") == {"turn_ppo"}
     assert having("kl_reward") == {"ppo", "reinforce_pp"}
     assert having("task_buckets") == {"trr_pp"}
-    assert having("needs_groups") == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"}
-    assert set(ADVANTAGE_ESTIMATORS) - having("sequence_level") == {"ppo", "reinforce_pp"}
-    assert having("discounted") == {"ppo", "reinforce_pp"}
+    assert having("needs_groups") == {
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp_baseline",
+        "gigpo",
+        "tree_grpo",
+        "mt_grpo",
+    }
+    token_level = set(ADVANTAGE_ESTIMATORS) - having("sequence_level")
+    assert token_level == {"ppo", "reinforce_pp", "mt_grpo", "turn_ppo"}
+    assert having("discounted") == {"ppo", "reinforce_pp", "turn_ppo"}
     # Dr. GRPO's constant normaliser is its own; the others have none (the config's default)
     aggregations = {name: e.loss_agg for name, e in ADVANTAGE_ESTIMATORS.items()}
     assert aggregations.pop("dr_grpo") == "seq-mean-token-sum-norm"

@@ -14,7 +14,10 @@ from agentic_rl.algos.turns import (
     mt_grpo_token_advantages,
     turn_gae,
     turn_group_advantages,
+    turn_slots,
+    turn_start_mask,
     turn_to_token_advantages,
+    turn_values,
 )
 
 
@@ -71,6 +74,30 @@ def test_turn_to_token_advantages_fill_each_turn() -> None:
         torch.tensor([[0, 1, 1, 0, 1]]),
     )
     assert torch.equal(out, torch.tensor([[0.0, 1.5, 1.5, 0.0, -2.0]]))
+
+
+def test_turn_starts_are_each_turns_first_trained_token() -> None:
+    # row 0: turn 0 begins with an inserted token (mask 0), turn 1 is all inserted (no start);
+    # row 1: one turn; padding is -1
+    turn_ids = torch.tensor([[-1, 0, 0, 0, -1, 1, 1], [-1, 0, 0, -1, -1, -1, -1]])
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0]])
+    starts = turn_start_mask(turn_ids, mask)
+    assert starts.tolist() == [
+        [False, False, True, False, False, False, False],
+        [False, True, False, False, False, False, False],
+    ]
+    values = torch.tensor([[9.0, 9.0, 0.25, 7.0, 9.0, 9.0, 9.0], [9.0, -0.5, 3.0, 9, 9, 9, 9]])
+    # the turn without a trained token has value 0
+    assert turn_values(values, turn_ids, starts, 2).tolist() == [[0.25, 0.0], [-0.5, 0.0]]
+    assert not turn_start_mask(torch.full((1, 3), -1), torch.ones(1, 3)).any()
+
+
+def test_turn_slots() -> None:
+    assert turn_slots(torch.tensor([2, 0, 3]), 3).tolist() == [
+        [True, True, False],
+        [False, False, False],
+        [True, True, True],
+    ]
 
 
 def test_tree_grpo_is_inter_plus_intra() -> None:

@@ -4,7 +4,8 @@ validation and the trainer's setup read.
 Each entry holds the function the learner calls and the flags that say what the estimator
 needs and allows. Every ``fn`` has the same signature, ``fn(AdvantageInputs) -> (advantages
 [B, T], returns [B, T] or None)``, and is a short adapter over the documented math in
-:mod:`agentic_rl.algos.advantages` / :mod:`agentic_rl.algos.gigpo` (``returns`` are value
+:mod:`agentic_rl.algos.advantages` / :mod:`agentic_rl.algos.gigpo` /
+:mod:`agentic_rl.algos.turns` (``returns`` are value
 targets, for estimators with a critic). Adding an estimator: its function and hand-computed
 test, an adapter and an entry here; nothing else branches on estimator names.
 
@@ -33,6 +34,15 @@ from agentic_rl.algos.advantages import (
 )
 from agentic_rl.algos.gigpo import gigpo_advantages
 from agentic_rl.algos.tree import tree_grpo_advantages
+from agentic_rl.algos.turns import (
+    mt_grpo_token_advantages,
+    turn_gae,
+    turn_group_advantages,
+    turn_slots,
+    turn_start_mask,
+    turn_to_token_advantages,
+    turn_values,
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,14 @@ class AdvantageInputs:
     """[B] long task type of each row (trr_pp); None = one type."""
     role_ids: Tensor | None = None
     """[B] long role of each row (trr_pp); None = one role."""
+    turn_ids: Tensor | None = None
+    """[B, T] long: the model turn of each token, -1 off turns (turn-level estimators)."""
+    turn_rewards: Tensor | None = None
+    """[B, K] each turn's step reward, 0-padded (turn-level estimators)."""
+    num_turns: Tensor | None = None
+    """[B] long: the turns of each row (turn-level estimators)."""
+    turn_coef: float = 1.0
+    """Weight of the turn advantage (mt_grpo: algo.turn_advantage_coef)."""
     tree_ids: Tensor | None = None
     """[B] long: the leaves of one tree share an id, unique across groups (tree_grpo;
     rollout.tree)."""
@@ -106,6 +124,17 @@ class Estimator:
     """Normalises within each tree of a tree rollout too (Tree-GRPO): needs rollout.tree."""
     discounted: bool = False
     """Discounts its token returns by algo.gamma (GAE, REINFORCE++): algo.gamma acts."""
+    turn_level: bool = False
+    """Credits each model turn of an episode's row on its own, from the turn structure
+    (TrainBatch.turn_ids / turn_rewards / num_turns): needs rollout.mode=episode (one row per
+    episode, every turn in it)."""
+    turn_groups: bool = False
+    """Normalises each turn index's step rewards over the group (MT-GRPO): algo.
+    turn_advantage_coef acts; the turns before the last carry it, so episodes need more than
+    one turn (rollout.max_turns >= 2)."""
+    value_positions: Callable[[AdvantageInputs], Tensor] | None = None
+    """Where the critic is trained ([B, T] bool; with needs_value_head): None = every trained
+    token; turn_ppo: each turn's first trained token, where its turn value is read."""
     loss_agg: str = ""
     """The loss aggregation the method itself prescribes ("" = none: DEFAULT_LOSS_AGG unless
     the config chooses one). It wins over an aggregation the config inherited from a recipe
@@ -186,6 +215,50 @@ def _tree_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
     return outcome_to_token_advantages(adv, x.mask), None
 
 
+def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The batch's turn structure (TrainBatch.turn_ids, turn_rewards, num_turns)."""
+    if x.turn_ids is None or x.turn_rewards is None or x.num_turns is None:
+        raise ValueError(f"{name} needs the turns of each row: collate fills TrainBatch.turn_ids")
+    return x.turn_ids, x.turn_rewards, x.num_turns
+
+
+def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
+    """MT-GRPO: GRPO's outcome advantage on every token, plus turn_coef x the group-normalised
+    step reward of its turn on the turns before the last (the last turn's reward is part of
+    the outcome)."""
+    turn_ids, turn_rewards, num_turns = _turns(x, "mt_grpo")
+    earlier = turn_slots(num_turns - 1, turn_rewards.shape[1])
+    turn_adv = turn_group_advantages(turn_rewards, earlier, x.group_ids)
+    outcome = grpo_advantages(x.rewards, x.group_ids)
+    adv = mt_grpo_token_advantages(
+        outcome, turn_adv, turn_ids, x.mask, num_turns - 1, turn_coef=x.turn_coef
+    )
+    return adv, None
+
+
+def _turn_start_positions(x: AdvantageInputs) -> Tensor:
+    turn_ids, _, _ = _turns(x, "turn_ppo")
+    return turn_start_mask(turn_ids, x.mask)
+
+
+def _turn_ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    """Turn-PPO: a turn-level critic. V_k is the critic's value at turn k's first trained token
+    (the state before the turn), GAE runs over the turns with algo.gamma / algo.lam, every
+    token of turn k takes A_k (whitened over the trained tokens, as ppo's), and the critic's
+    target R_k = A_k + V_k sits on that first token only (`value_positions`)."""
+    if x.values is None:
+        raise ValueError("turn_ppo needs old values: run the value head before the advantages")
+    turn_ids, turn_rewards, num_turns = _turns(x, "turn_ppo")
+    width = turn_rewards.shape[1]
+    starts = turn_start_mask(turn_ids, x.mask)
+    values = turn_values(x.values, turn_ids, starts, width)
+    adv, returns = turn_gae(
+        turn_rewards, values, turn_slots(num_turns, width), gamma=x.gamma, lam=x.lam
+    )
+    token_adv = whiten_advantages(turn_to_token_advantages(adv, turn_ids, x.mask), x.mask)
+    return token_adv, turn_to_token_advantages(returns, turn_ids, starts)
+
+
 # `algo.name`.
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": Estimator(_grpo, sequence_level=True, per_episode=True, needs_groups=True),
@@ -206,5 +279,16 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     ),
     "gigpo": Estimator(_gigpo, sequence_level=True, step_wise=True, needs_groups=True),
     "trr_pp": Estimator(_trr_pp, sequence_level=True, task_buckets=True),
+    "mt_grpo": Estimator(
+        _mt_grpo, sequence_level=False, needs_groups=True, turn_level=True, turn_groups=True
+    ),
+    "turn_ppo": Estimator(
+        _turn_ppo,
+        sequence_level=False,
+        needs_value_head=True,
+        discounted=True,
+        turn_level=True,
+        value_positions=_turn_start_positions,
+    ),
     "tree_grpo": Estimator(_tree_grpo, sequence_level=True, needs_groups=True, tree_groups=True),
 }

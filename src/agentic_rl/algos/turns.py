@@ -124,3 +124,46 @@ def turn_to_token_advantages(turn_adv: Tensor, turn_ids: Tensor, mask: Tensor) -
     m = as_bool_mask(mask) & (turn_ids >= 0)
     per_token = turn_adv.detach().float().gather(1, turn_ids.clamp_min(0))
     return torch.where(m, per_token, 0)
+
+
+def turn_slots(num_turns: Tensor, width: int) -> Tensor:
+    """Which of the ``K = width`` turn slots a row has: ``slot k < num_turns_i``.
+
+    Shapes: ``num_turns`` ``[B]`` long -> ``[B, K]`` bool.
+    """
+    return torch.arange(width, device=num_turns.device)[None, :] < num_turns[:, None]
+
+
+def turn_start_mask(turn_ids: Tensor, mask: Tensor) -> Tensor:
+    """The first trained token of each turn: where a turn-level critic reads the turn's value.
+
+    The value of token ``t`` is read from the state that predicts ``t`` (the project's critic
+    convention), so the value at a turn's first token is ``V(history before the turn)``: the
+    state of the turn-level MDP, whose action is the whole turn (Turn-PPO). A turn none of
+    whose tokens trains (all inserted, or masked out) has no start.
+
+    Shapes: ``turn_ids`` ``[B, T]`` long (-1 off turns), ``mask`` ``[B, T]`` -> ``[B, T]``
+    bool. E.g. ids ``[-1, 0, 0, -1, 1, 1]``, mask ``[0, 0, 1, 0, 1, 1]`` ->
+    ``[F, F, T, F, T, F]``.
+    """
+    trained = as_bool_mask(mask) & (turn_ids >= 0)
+    width = int(turn_ids.max()) + 1 if turn_ids.numel() else 0
+    if width <= 0:
+        return torch.zeros(turn_ids.shape, dtype=torch.bool, device=turn_ids.device)
+    slots = torch.arange(width, device=turn_ids.device)
+    of_turn = (turn_ids[..., None] == slots) & trained[..., None]  # [B, T, K]
+    first = of_turn & (of_turn.long().cumsum(dim=1) == 1)
+    return first.any(dim=-1)
+
+
+def turn_values(values: Tensor, turn_ids: Tensor, starts: Tensor, width: int) -> Tensor:
+    """Each turn's value ``V_k``: the per-token value at the turn's start
+    (:func:`turn_start_mask`); 0 for a turn without one.
+
+    Shapes: ``values`` ``[B, T]``, ``turn_ids`` ``[B, T]`` long, ``starts`` ``[B, T]`` bool,
+    ``width`` = ``K`` -> ``[B, K]``.
+    """
+    out = torch.zeros((values.shape[0], width), dtype=torch.float32, device=values.device)
+    rows, cols = starts.nonzero(as_tuple=True)
+    out[rows, turn_ids[rows, cols]] = values.detach().float()[rows, cols]
+    return out

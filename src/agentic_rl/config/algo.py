@@ -18,7 +18,9 @@ class AlgoConfig:
     """Advantage estimator: a key of ADVANTAGE_ESTIMATORS in algos/estimators.py, whose entry
     says what it needs (groups, a value head, step-wise rollouts, task buckets). E.g. grpo,
     dr_grpo, rloo, ppo (GAE with a value head), gigpo (step-wise; see the `gigpo` section),
-    trr_pp (Absolute Zero's REINFORCE++ with one baseline per task type x role)."""
+    trr_pp (Absolute Zero's REINFORCE++ with one baseline per task type x role), mt_grpo
+    (MT-GRPO: GRPO plus group-normalised turn rewards on the turns before the last) and
+    turn_ppo (a turn-level critic with GAE over turns)."""
     policy_loss: str = "ppo"
     """A key of POLICY_LOSSES in algos/losses.py. "ppo": token-level clipped ratio
     (clip_low/clip_high, dual_clip). "gspo": GSPO's sequence-level ratio exp(mean_t log
@@ -146,6 +148,10 @@ class AlgoConfig:
     """TRR++: the Task.fields key holding the task type (e.g. "template" for calculator)."""
     trr_role_field: str = "role"
     """TRR++: the Task.fields key holding the role (propose / solve); "" = a single role."""
+    turn_advantage_coef: float = 1.0
+    """MT-GRPO (algo.name=mt_grpo): the weight lambda of the turn advantage added to the
+    outcome advantage on the tokens of every turn before the last (Zeng et al. 2025's
+    turn_advantage_coef, default 1.0); >= 0, 0 = GRPO's outcome advantage alone."""
     stale_is_cap: float = 5.0
     """rollout.max_staleness > 0: each token's behaviour importance weight pi_prox / pi_behav
     (decoupled PPO) is truncated at this value, so very stale tokens cannot dominate."""

@@ -32,6 +32,7 @@ from agentic_rl.config.validate_engines import validate_engines
 from agentic_rl.config.validate_env import validate_env
 from agentic_rl.config.validate_scale import validate_distributed
 from agentic_rl.config.validate_tree import validate_tree
+from agentic_rl.config.validate_turns import validate_turns
 from agentic_rl.config.validate_update import validate_update
 from agentic_rl.formats.registry import CHAT_FORMATS
 from agentic_rl.model.load import takes_images, vision_family
@@ -132,6 +133,7 @@ def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
             f"{cfg.rollout.max_infra_drop_fraction}"
         )
     _validate_ppo_terms(cfg, explicit)
+    validate_turns(cfg, explicit)
     if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
         raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
     if cfg.rollout.max_tokens_per_turn > cfg.rollout.max_total_tokens:

@@ -77,6 +77,13 @@ class TrainBatch:
     step_group_ids: torch.Tensor | None = None  # [N] long anchor-state groups (gigpo)
     task_type_ids: torch.Tensor | None = None  # [N] long (trr_pp)
     role_ids: torch.Tensor | None = None  # [N] long (trr_pp)
+    turn_ids: torch.Tensor | None = None  # [N, T] long: the model turn of each token (its index
+    # in the row's turn_spans), -1 off turns (prompt, observations, padding)
+    turn_rewards: torch.Tensor | None = None  # [N, K] each turn's step reward (0-padded; the
+    # row's reward beyond its step rewards is on its last turn, as on token_rewards)
+    num_turns: torch.Tensor | None = None  # [N] long: the turns of each row (K = the most)
+    value_mask: torch.Tensor | None = None  # [N, T] where the critic is trained (turn_ppo: each
+    # turn's first trained token); None = every loss-mask token
     tree_ids: torch.Tensor | None = None  # [N] long: the tree of each leaf (rollout.tree)
     advantages: torch.Tensor | None = None  # [N, T]
     returns: torch.Tensor | None = None  # [N, T] (ppo)
@@ -134,6 +141,34 @@ def reward_positions(
     return out
 
 
+def turn_tensors(
+    trajectories: Sequence[Trajectory], width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The turn structure of each row, for turn-level credit (algos/turns.py): each token's
+    turn, each turn's reward and the number of turns.
+
+    Turn k of a row is its k-th `turn_spans` range (every token of it, inserted ones included:
+    the estimators mask by the loss mask); its reward is `step_rewards[k]`. The row's reward
+    beyond the sum of those (reward functions applied after the rollout) is added to its last
+    turn, as `collate` adds it to the last turn's token reward.
+
+    -> turn_ids [N, width] long (-1 off turns), turn_rewards [N, K] float, num_turns [N] long,
+    K = max(1, the most turns of a row). E.g. spans [(2, 4), (5, 7)], step rewards [0.5, 1],
+    reward 2 -> ids [-1, -1, 0, 0, -1, 1, 1], rewards [0.5, 1.5], 2 turns."""
+    n = len(trajectories)
+    most = max([1, *(len(t.turn_spans) for t in trajectories)])
+    turn_ids = torch.full((n, width), -1, dtype=torch.long)
+    turn_rewards = torch.zeros((n, most))
+    for i, t in enumerate(trajectories):
+        for k, (start, end) in enumerate(t.turn_spans):
+            turn_ids[i, start:end] = k
+            turn_rewards[i, k] = t.step_rewards[k] if k < len(t.step_rewards) else 0.0
+        if t.turn_spans:
+            turn_rewards[i, len(t.turn_spans) - 1] += t.reward - float(turn_rewards[i].sum())
+    num_turns = torch.tensor([len(t.turn_spans) for t in trajectories], dtype=torch.long)
+    return turn_ids, turn_rewards, num_turns
+
+
 def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
     n, width = len(trajectories), max(len(t.token_ids) for t in trajectories)
     ids = torch.full((n, width), pad_token_id, dtype=torch.long)
@@ -164,6 +199,7 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         # A row outside any tree is a tree of its own (Tree-GRPO's intra term is 0 for it).
         key = t.tree.tree_id if t.tree is not None else f"\0row{i}"
         tree_of.append(trees.setdefault(key, len(trees)))
+    turn_ids, turn_rewards, num_turns = turn_tensors(trajectories, width)
     return TrainBatch(
         input_ids=ids,
         attention_mask=attn,
@@ -174,6 +210,9 @@ def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
         token_rewards=token_rewards * mask,
         group_ids=torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long),
         episode_index=torch.arange(n),
+        turn_ids=turn_ids,
+        turn_rewards=turn_rewards,
+        num_turns=num_turns,
         tree_ids=torch.tensor(tree_of, dtype=torch.long)
         if any(t.tree is not None for t in trajectories)
         else None,

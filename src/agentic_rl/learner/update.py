@@ -52,27 +52,32 @@ def compute_advantages(
     if algo.kl_in_reward and batch.ref_logprobs is not None:
         kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator) * mask
     gigpo = gigpo or GigpoConfig()
-    advantages, returns = estimator.fn(
-        AdvantageInputs(
-            rewards=batch.rewards,
-            mask=mask,
-            group_ids=batch.group_ids,
-            episode_index=batch.episode_index,
-            token_rewards=batch.token_rewards,
-            values=batch.old_values,
-            kl=kl,
-            kl_coef=algo.kl_coef,
-            gamma=algo.gamma,
-            lam=algo.lam,
-            step_returns=batch.step_returns,
-            step_group_ids=batch.step_group_ids,
-            gigpo_omega=gigpo.omega,
-            gigpo_norm=gigpo.norm,
-            task_type_ids=batch.task_type_ids,
-            role_ids=batch.role_ids,
-            tree_ids=batch.tree_ids,
-        )
+    inputs = AdvantageInputs(
+        rewards=batch.rewards,
+        mask=mask,
+        group_ids=batch.group_ids,
+        episode_index=batch.episode_index,
+        token_rewards=batch.token_rewards,
+        values=batch.old_values,
+        kl=kl,
+        kl_coef=algo.kl_coef,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        step_returns=batch.step_returns,
+        step_group_ids=batch.step_group_ids,
+        gigpo_omega=gigpo.omega,
+        gigpo_norm=gigpo.norm,
+        task_type_ids=batch.task_type_ids,
+        role_ids=batch.role_ids,
+        tree_ids=batch.tree_ids,
+        turn_ids=batch.turn_ids,
+        turn_rewards=batch.turn_rewards,
+        num_turns=batch.num_turns,
+        turn_coef=algo.turn_advantage_coef,
     )
+    advantages, returns = estimator.fn(inputs)
+    if returns is not None and estimator.value_positions is not None:
+        batch.value_mask = estimator.value_positions(inputs).to(mask.dtype)
     batch.advantages = advantages
     if returns is not None:
         batch.returns = returns
@@ -271,6 +276,9 @@ def update(
                 "num_tokens": float(batch.loss_mask[group].sum().clamp(min=1)),
                 "max_tokens": max_sample_tokens(cfg.rollout),  # Dr. GRPO's constant
             }
+            # the value loss's token-mean runs over the tokens the critic is trained on
+            value_mask = batch.loss_mask if batch.value_mask is None else batch.value_mask
+            value_tokens = float(value_mask[group].sum().clamp(min=1))
             # Only the first step's forwards run on the weights the samples were scored with.
             measure = measurable and not grad_norms
             optimizer.zero_grad(set_to_none=True)
@@ -288,6 +296,7 @@ def update(
                         on_policy=on_policy,
                         correction=correction,
                         measure=measure,
+                        value_tokens=value_tokens,
                     )
                 (out["loss"] * weight).backward()
                 for key in sums:
@@ -399,11 +408,14 @@ def _micro_batch_loss(
     on_policy: bool = True,
     correction: tuple[str, float, float | None] = ("none", 0.0, None),
     measure: bool = False,
+    value_tokens: float | None = None,
 ) -> dict[str, torch.Tensor]:
     """The micro-batch's loss (normalised by its mini-batch's `counts`) and metric sums.
     on_policy: pi_old is the current logprobs (detached), else mb.old_logprobs; correction:
     (mode, cap, the band's lower bound or None) of the rollout correction; measure: also
-    return the mismatch sums. The policy loss is `algo.policy_loss`'s entry of POLICY_LOSSES,
+    return the mismatch sums; value_tokens: the mini-batch's count of the tokens the critic is
+    trained on (mb.value_mask; None = counts["num_tokens"], every trained token), the value
+    loss's normaliser. The policy loss is `algo.policy_loss`'s entry of POLICY_LOSSES,
     called with its knobs from the config; its `clip_frac` counts the tokens it restrained."""
     algo, mask = cfg.algo, mb.loss_mask
     logprobs, entropy, hidden = token_logprobs(
@@ -472,8 +484,15 @@ def _micro_batch_loss(
         values = critic_values(
             value_head, mb.input_ids, mb.attention_mask, hidden, mask > 0, share_prefix
         )
-        per_token = value_loss(values, mb.old_values, mb.returns, mask, clip=algo.value_clip)
-        vloss = aggregate_loss(per_token, mask, "token-mean", **counts)
+        # turn_ppo trains its critic only at each turn's first token (mb.value_mask)
+        value_mask = mask if mb.value_mask is None else mb.value_mask * mask
+        per_token = value_loss(values, mb.old_values, mb.returns, value_mask, clip=algo.value_clip)
+        vloss = aggregate_loss(
+            per_token,
+            value_mask,
+            "token-mean",
+            num_tokens=counts["num_tokens"] if value_tokens is None else value_tokens,
+        )
         loss = loss + algo.value_coef * vloss
     return {
         "loss": loss,

@@ -1,0 +1,65 @@
+"""Validation of the turn-level estimators (`algo.name=mt_grpo`, `turn_ppo`; algos/turns.py):
+the rollout they need, the settings they cannot act with, and MT-GRPO's turn coefficient.
+Called by `validate.validate`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
+from agentic_rl.config.checks import _unused
+from agentic_rl.config.parse import ConfigError
+
+if TYPE_CHECKING:
+    from agentic_rl.config.schema import Config
+
+
+def _names(flag: str) -> str:
+    """The estimators with a flag, for messages."""
+    return ", ".join(name for name, e in ADVANTAGE_ESTIMATORS.items() if getattr(e, flag))
+
+
+def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
+    """A turn-level estimator credits the turns of one row that holds a whole episode, so it
+    needs rollout.mode=episode without context segments; its turns must be the model's own
+    tokens (observations belong to no turn); MT-GRPO's turn term needs a turn before the last.
+    algo.turn_advantage_coef with another estimator does nothing."""
+    algo, rollout = cfg.algo, cfg.rollout
+    estimator = ADVANTAGE_ESTIMATORS[algo.name]
+    if not estimator.turn_groups:
+        _unused(
+            cfg,
+            ["algo.turn_advantage_coef"],
+            f"algo.name={algo.name} adds no turn advantage ({_names('turn_groups')} does)",
+            explicit,
+        )
+    elif not (math.isfinite(algo.turn_advantage_coef) and algo.turn_advantage_coef >= 0):
+        raise ConfigError(
+            f"algo.turn_advantage_coef must be a number >= 0, got {algo.turn_advantage_coef}"
+        )
+    elif rollout.max_turns < 2:
+        raise ConfigError(
+            f"algo.name={algo.name} adds the step reward of every turn before the last to its "
+            "advantage; rollout.max_turns=1 leaves no such turn (it would be GRPO): set "
+            "rollout.max_turns >= 2 or algo.name=grpo"
+        )
+    if not estimator.turn_level:
+        return
+    if rollout.mode != "episode" or rollout.context_budget:
+        where = (
+            f"rollout.mode={rollout.mode}"
+            if rollout.mode != "episode"
+            else f"rollout.context_budget={rollout.context_budget}"
+        )
+        raise ConfigError(
+            f"algo.name={algo.name} credits each turn of an episode within the episode's one "
+            f"training row; {where} splits episodes into several rows: use rollout.mode=episode "
+            "and rollout.context_budget=0"
+        )
+    if rollout.train_on_observations:
+        raise ConfigError(
+            f"rollout.train_on_observations trains observation tokens, which belong to no turn: "
+            f"algo.name={algo.name} would give them no turn credit; use another estimator"
+        )

@@ -1,0 +1,49 @@
+"""Config of the turn-level estimators (mt_grpo, turn_ppo): settings that cannot act, or that
+the rollout cannot honour, fail at load naming the key; the valid ones load."""
+
+import pytest
+
+from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo.turn_advantage_coef=0.5"], "algo.turn_advantage_coef is set but does nothing"),
+        (
+            ["algo.name=turn_ppo", "algo.turn_advantage_coef=1.0"],
+            "algo.turn_advantage_coef is set but does nothing: algo.name=turn_ppo",
+        ),
+        (["algo.name=mt_grpo", "algo.turn_advantage_coef=-1"], "must be a number >= 0"),
+        (["algo.name=mt_grpo", "rollout.max_turns=1"], "rollout.max_turns=1 leaves no such turn"),
+        (["algo.name=mt_grpo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
+        (["algo.name=turn_ppo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
+        (
+            ["algo.name=turn_ppo", "rollout.context_budget=300"],
+            "rollout.context_budget=300 splits episodes",
+        ),
+        (
+            ["algo.name=mt_grpo", "rollout.train_on_observations=true"],
+            "observation tokens, which belong to no turn",
+        ),
+        (["algo.name=mt_grpo", "rollout.group_size=1"], "rollout.group_size must be >= 2"),
+        (["algo.name=mt_grpo", "algo.lam=0.9"], "algo.lam is set but does nothing"),
+        (["algo.name=mt_grpo", "algo.gamma=0.9"], "algo.gamma is set but does nothing"),
+        (
+            ["algo.name=turn_ppo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"],
+            "algo.kl_in_reward needs a token-level estimator",
+        ),
+        (["algo.name=mt_grpo", "algo.policy_loss=gspo"], "needs one advantage per sequence"),
+    ],
+)
+def test_turn_settings_that_cannot_act_fail_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_turn_estimators_load():
+    cfg = load_config(None, ["algo.name=mt_grpo", "algo.turn_advantage_coef=0.5"])
+    assert cfg.algo.turn_advantage_coef == 0.5
+    cfg = load_config(None, ["algo.name=turn_ppo", "algo.gamma=0.99", "algo.lam=0.9"])
+    assert (cfg.algo.gamma, cfg.algo.lam) == (0.99, 0.9)

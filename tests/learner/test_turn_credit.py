@@ -1,0 +1,160 @@
+"""Turn-level credit through the learner's path: hand-made multi-turn trajectories -> collate
+(turn ids, turn rewards) -> compute_advantages with algo.name=mt_grpo / turn_ppo -> the
+advantages, value targets and critic positions computed by hand; and turn_ppo's value loss in
+the update, on the tiny model, taken at the turn starts only."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from agentic_rl.config.algo import AlgoConfig
+from agentic_rl.config.load import load_config
+from agentic_rl.learner.batch import collate, turn_tensors
+from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.model.load import ValueHead
+from agentic_rl.types import Trajectory
+
+S = 1 / math.sqrt(2)  # GRPO's advantage of two rewards, one above and one below their mean
+
+
+def episode(turns: list[list[int]], step_rewards: list[float], group: str, reward=None):
+    """A hand-made episode: 2 prompt tokens, then each turn's tokens (their loss mask as given:
+    1 sampled, 0 inserted), each followed by a 1-token observation except the last."""
+    ids, mask, spans = [5, 6], [0, 0], []
+    for k, turn in enumerate(turns):
+        start = len(ids)
+        ids += [10 + k] * len(turn)
+        mask += turn
+        spans.append((start, len(ids)))
+        if k < len(turns) - 1:
+            ids.append(99)
+            mask.append(0)
+    return Trajectory(
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=[-0.5 * m for m in mask],
+        prompt_length=2,
+        turn_spans=spans,
+        step_rewards=step_rewards,
+        reward=sum(step_rewards) if reward is None else reward,
+        group_id=group,
+    )
+
+
+def test_turn_tensors_by_hand():
+    t = Trajectory(
+        token_ids=[1] * 7,
+        loss_mask=[0, 0, 1, 1, 0, 1, 1],
+        logprobs=[0.0] * 7,
+        prompt_length=2,
+        turn_spans=[(2, 4), (5, 7)],
+        step_rewards=[0.5, 1.0],
+        reward=2.0,  # a reward function added 0.5 beyond the step rewards: on the last turn
+    )
+    single = Trajectory(
+        token_ids=[1] * 3, loss_mask=[0, 1, 1], logprobs=[0.0] * 3, prompt_length=1,
+        turn_spans=[(1, 3)], step_rewards=[0.25], reward=0.25,
+    )  # fmt: skip
+    ids, rewards, turns = turn_tensors([t, single], width=8)
+    assert ids.tolist() == [[-1, -1, 0, 0, -1, 1, 1, -1], [-1, 0, 0, -1, -1, -1, -1, -1]]
+    assert rewards.tolist() == [[0.5, 1.5], [0.25, 0.0]]
+    assert turns.tolist() == [2, 1]
+    batch = collate([t, single], pad_token_id=0)
+    assert torch.equal(batch.turn_ids, ids[:, :7]) and torch.equal(batch.num_turns, turns)
+
+
+def mt_grpo_batch():
+    """Group g: A (2 turns, step rewards 1, 1), B (3 turns: 0, 0.5, 0.5), C (1 turn: 0);
+    episode rewards 2, 1, 0. Group h: D alone."""
+    return collate(
+        [
+            episode([[1, 1], [1, 0]], [1.0, 1.0], "g"),  # turn 1 ends in an inserted token
+            episode([[1], [1], [1, 1]], [0.0, 0.5, 0.5], "g"),
+            episode([[1, 1]], [0.0], "g"),
+            episode([[1], [1]], [3.0, 0.0], "h"),
+        ],
+        pad_token_id=0,
+    )
+
+
+def test_mt_grpo_advantages_by_hand():
+    batch = mt_grpo_batch()
+    compute_advantages(batch, AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5))
+    # Outcome A^O over g's rewards (2, 1, 0): mean 1, std 1 -> +1, 0, -1; D is alone -> 0.
+    # Turn 0 before the last turn: A (1.0) and B (0.0) -> +-1/sqrt(2); C's only turn is its
+    # last (its reward is the outcome). Turn 1 before the last: only B -> a singleton, 0.
+    a_o = 1 / (1 + 1e-6)
+    a_t = 0.5 * S
+    want = [
+        # prompt, A turn 0 (x2), obs, A turn 1 (sampled, inserted)
+        [0, 0, a_o + a_t, a_o + a_t, 0, a_o, 0, 0],
+        # prompt, B turn 0, obs, B turn 1, obs, B turn 2 (x2)
+        [0, 0, -a_t, 0, 0, 0, 0, 0],
+        [0, 0, -a_o, -a_o, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+    torch.testing.assert_close(batch.advantages, torch.tensor(want), atol=1e-5, rtol=0)
+    assert batch.returns is None and batch.value_mask is None
+
+
+def test_mt_grpo_without_turn_credit_is_grpo():
+    batch, grpo = mt_grpo_batch(), mt_grpo_batch()
+    compute_advantages(batch, AlgoConfig(name="mt_grpo", turn_advantage_coef=0.0))
+    compute_advantages(grpo, AlgoConfig(name="grpo"))
+    torch.testing.assert_close(batch.advantages, grpo.advantages)
+
+
+def turn_ppo_batch():
+    """One episode, two turns of two sampled tokens: step rewards 0.5, 1.0."""
+    batch = collate([episode([[1, 1], [1, 1]], [0.5, 1.0], "g")], pad_token_id=0)
+    # tokens: prompt 0-1, turn 0 at 2-3, observation 4, turn 1 at 5-6
+    assert batch.turn_ids.tolist() == [[-1, -1, 0, 0, -1, 1, 1]]
+    return batch
+
+
+def test_turn_ppo_advantages_and_targets_by_hand():
+    batch = turn_ppo_batch()
+    # The turn values are read at each turn's first token (2 and 5); the others are ignored.
+    batch.old_values = torch.tensor([[0.0, 0.0, 0.2, 9.0, 0.0, 0.6, -9.0]])
+    compute_advantages(batch, AlgoConfig(name="turn_ppo", gamma=0.9, lam=0.5))
+    # delta_1 = 1.0 - 0.6 = 0.4, A_1 = 0.4; delta_0 = 0.5 + 0.9 * 0.6 - 0.2 = 0.84,
+    # A_0 = 0.84 + 0.9 * 0.5 * 0.4 = 1.02; returns R = A + V = (1.22, 1.0).
+    # Tokens (1.02, 1.02, 0.4, 0.4) whitened: mean 0.71, population std 0.31 -> (1, 1, -1, -1).
+    want_adv = torch.tensor([[0.0, 0.0, 1.0, 1.0, 0.0, -1.0, -1.0]])
+    torch.testing.assert_close(batch.advantages, want_adv, atol=1e-6, rtol=0)
+    torch.testing.assert_close(batch.returns, torch.tensor([[0, 0, 1.22, 0, 0, 1.0, 0]]))
+    assert batch.value_mask.tolist() == [[0, 0, 1, 0, 0, 1, 0]]
+
+
+def test_turn_ppo_trains_the_critic_on_turn_returns_at_turn_starts(tiny):
+    torch.manual_seed(0)
+    batch = collate(
+        [
+            episode([[1, 1], [1, 1]], [0.5, 1.0], "g"),
+            episode([[1], [1, 1, 1]], [0.0, 2.0], "g"),
+        ],
+        pad_token_id=0,
+    )
+    head = ValueHead(tiny.config.hidden_size)
+    cfg = load_config(
+        None,
+        ["model.name=tiny", "algo.name=turn_ppo", "algo.gamma=0.9", "algo.lam=0.5"]
+        + ["algo.ppo_mini_batches=1", "algo.clip_high=0.2", "algo.kl_coef=0"],
+    )
+    _, values = forward_no_grad(tiny, batch, 64, 8, head)
+    batch.old_values = values
+    compute_advantages(batch, cfg.algo)
+    model = copy.deepcopy(tiny)
+    metrics = update(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, cfg, head)
+    # old values = current values: the clip does not bind; the loss is the mean over the four
+    # turn starts (tokens 2, 5 of row 0; 2, 4 of row 1) of 0.5 (V - R)^2
+    starts = torch.tensor([[0, 0, 1, 0, 0, 1, 0], [0, 0, 1, 0, 1, 0, 0]]).bool()
+    assert torch.equal(batch.value_mask.bool(), starts)
+    hand = 0.5 * ((values - batch.returns)[starts] ** 2).mean()
+    assert abs(metrics["value_loss"] - float(hand)) < 1e-5
+    # a critic trained on every token's (zero) target would give another loss
+    everywhere = 0.5 * ((values - batch.returns)[batch.loss_mask > 0] ** 2).mean()
+    assert abs(float(everywhere) - float(hand)) > 1e-3
