@@ -33,6 +33,7 @@ from agentic_rl.rollout.budgeted import run_budgeted_episodes
 from agentic_rl.rollout.loop import Actor, expert_actor, policy_actor, run_episodes
 from agentic_rl.rollout.memory import run_memory_episodes
 from agentic_rl.rollout.stepwise import run_stepwise
+from agentic_rl.rollout.tree import decoded_tokens, distinct_trajectories, run_tree_episodes
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
 from agentic_rl.train.summary import summarize
@@ -79,16 +80,19 @@ def play(
     act: Actor,
     seed: int,
     progress: float | None = None,
+    tree: bool = False,
 ) -> list[list[Trajectory]]:
     """Run one episode per task in the configured rollout mode; samples per episode.
-    `progress` (fraction of RL done) reaches envs that take it; None = the env's default."""
+    `progress` (fraction of RL done) reaches envs that take it; None = the env's default.
+    `tree`: a training rollout, played as trees where rollout.tree asks for them (each group's
+    episodes are then the leaves of its trees, rollout/tree.py); evaluations never are."""
     if setup.dp is not None:  # fsdp2: this process plays its share, every process gets all
         mine = setup.dp.my_share(groups)
         played = _play_here(
-            setup, [tasks[i] for i in mine], [groups[i] for i in mine], act, seed, progress
+            setup, [tasks[i] for i in mine], [groups[i] for i in mine], act, seed, progress, tree
         )
         return setup.dp.gather_episodes(mine, played, len(tasks))
-    return _play_here(setup, tasks, groups, act, seed, progress)
+    return _play_here(setup, tasks, groups, act, seed, progress, tree)
 
 
 def _play_here(
@@ -98,13 +102,14 @@ def _play_here(
     act: Actor,
     seed: int,
     progress: float | None,
+    tree: bool = False,
 ) -> list[list[Trajectory]]:
     """`_play_once`, then, while episodes failed for infrastructure reasons, the batch replayed
     with fresh envs (same tasks, groups and seed) after rollout.infra_retry_wait_s x attempt
     seconds, up to rollout.infra_retries times; each replay replaces the whole batch (see the
     module docstring). The samples of an episode that failed before carry `infra_retries`."""
     cfg = setup.cfg.rollout
-    episodes = _play_once(setup, tasks, groups, act, seed, progress)
+    episodes = _play_once(setup, tasks, groups, act, seed, progress, tree)
     retries = [0] * len(episodes)
     for attempt in range(1, cfg.infra_retries + 1):
         failed = [i for i, samples in enumerate(episodes) if infra_failed(samples)]
@@ -113,7 +118,7 @@ def _play_here(
         for i in failed:
             retries[i] = attempt
         time.sleep(cfg.infra_retry_wait_s * attempt)  # a restarting server needs a moment
-        episodes = _play_once(setup, tasks, groups, act, seed, progress)
+        episodes = _play_once(setup, tasks, groups, act, seed, progress, tree)
     for samples, count in zip(episodes, retries, strict=True):
         for sample in samples if count else []:
             sample.metrics["infra_retries"] = float(count)
@@ -127,11 +132,19 @@ def _play_once(
     act: Actor,
     seed: int,
     progress: float | None,
+    tree: bool = False,
 ) -> list[list[Trajectory]]:
     if not tasks:
         return []
     cfg = setup.cfg.rollout
     envs = make_envs(setup.cfg, len(tasks), progress, pool=setup.env_pool)
+    if tree and cfg.tree.roots:  # Tree-GRPO: each group's episodes are its trees' leaves
+        episodes = run_tree_episodes(
+            envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed
+        )
+        if setup.cfg.env.reward_fn:
+            apply_reward_fn(setup.cfg.env.reward_fn, setup.cfg.env.reward_mode, tasks, episodes)
+        return episodes
     if cfg.mode == "step":
         return run_stepwise(envs, tasks, groups, act, setup.fmt, setup.tokenizer, cfg, seed)
     if cfg.mode == "memory":  # MemAgent: several independent conversations per episode
@@ -164,7 +177,7 @@ def rollout(
         setup.generator, setup.fmt, setup.cfg.rollout, seed=seed, tokenizer=setup.tokenizer
     )
     progress = min(1.0, (step - 1) / max(setup.cfg.trainer.steps, 1))
-    played = Episodes(play(setup, expanded, groups, act, seed, progress), expanded)
+    played = Episodes(play(setup, expanded, groups, act, seed, progress, tree=True), expanded)
     keep, counts = drop_infra_failures(
         played.samples, setup.cfg.rollout.max_infra_drop_fraction, "rollout"
     )
@@ -239,6 +252,12 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
             "generated_groups": float(len(generated.groups())),
             "kept_groups": float(len(kept.groups())),
             "zero_variance_groups": bf.zero_variance_fraction(generated),
+            # what the step's rollouts cost and how much they explored (tree rollouts share
+            # prefixes: a leaf's copied tokens were sampled once, by its parent)
+            "decoded_tokens": float(sum(decoded_tokens(s) for ep in generated.samples for s in ep)),
+            "distinct_trajectories": float(
+                distinct_trajectories([s for ep in generated.samples for s in ep])
+            ),
             **infra,
         }
     )

@@ -1,0 +1,245 @@
+"""Tree rollouts (rollout/tree.py): the trees' shape, prefixes shared token for token, replay
+and fork of the env, the generator's work (counted), and Tree-GRPO's advantages by hand through
+the learner's collate + compute_advantages."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
+from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.config.algo import AlgoConfig
+from agentic_rl.config.rollout import RolloutConfig, TreeConfig
+from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
+from agentic_rl.formats.chat import TagFormat
+from agentic_rl.learner.batch import collate_episodes
+from agentic_rl.learner.update import compute_advantages
+from agentic_rl.rollout.loop import policy_actor, run_episodes
+from agentic_rl.rollout.tree import (
+    ReplayDivergedError,
+    decoded_tokens,
+    distinct_trajectories,
+    run_tree_episodes,
+)
+from agentic_rl.types import Completion, Observation
+
+MAX_TURNS = 4
+
+
+def tree_cfg(roots: int = 2, expansions: int = 2, iterations: int = 1, **kw: Any) -> RolloutConfig:
+    tree = TreeConfig(roots=roots, expansions=expansions, iterations=iterations)
+    base = dict(max_turns=MAX_TURNS, max_tokens_per_turn=64, max_total_tokens=512, tree=tree)
+    return RolloutConfig(**{**base, **kw})
+
+
+class ScriptedActor:
+    """Two calculator calls then an answer; the call's operands name the round (act_turn //
+    max_turns) and the turn, so a branch's own turns differ from its parent's. Round 0 answers
+    the gold answer (reward 1), later rounds a wrong one (reward 0). Records every prompt."""
+
+    def __init__(self, tokenizer: Any, gold: dict[str, str]) -> None:
+        self.tokenizer = tokenizer
+        self.gold = gold
+        self.prompts: list[tuple[str, int, list[int]]] = []
+
+    def __call__(self, episodes: list, budgets: list[int], act_turn: int) -> list[Completion]:
+        rnd, turn = divmod(act_turn, MAX_TURNS)
+        out = []
+        for ep in episodes:
+            self.prompts.append((ep.group_id, act_turn, list(ep.token_ids)))
+            if turn < 2:
+                text = f"<calc>{rnd}+{turn}</calc>"
+            else:
+                text = f"<answer>{self.gold[ep.task.task_id] if rnd == 0 else 'x'}</answer>"
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            out.append(Completion(ids, [-0.25 - 0.01 * i for i in range(len(ids))], "stop", text))
+        return out
+
+
+def play_trees(tokenizer: Any, env_type: type = CalculatorEnv, **tree: int):
+    tasks = make_calculator_tasks("eval", 2, seed=0)
+    cfg = tree_cfg(**tree)
+    g = cfg.tree.roots * (1 + cfg.tree.iterations * cfg.tree.expansions)
+    expanded = [t for t in tasks for _ in range(g)]
+    groups = [f"1:{t.task_id}" for t in expanded]
+    envs = [env_type() for _ in expanded]
+    act = ScriptedActor(tokenizer, {t.task_id: t.answers[0] for t in tasks})
+    fmt = TagFormat(envs[0].tools)
+    samples = run_tree_episodes(envs, expanded, groups, act, fmt, tokenizer, cfg, seed=3)
+    return [s for ep in samples for s in ep], act, envs
+
+
+def test_tree_shape_and_prefixes_shared_token_for_token(tokenizer):
+    leaves, act, _ = play_trees(tokenizer)
+    assert len(leaves) == 12  # 2 tasks x 2 trees x (1 + 1 x 2) leaves
+    by_tree: dict[str, list] = {}
+    for leaf in leaves:
+        by_tree.setdefault(leaf.tree.tree_id, []).append(leaf)
+    assert len(by_tree) == 4 and all(len(v) == 3 for v in by_tree.values())
+    for tree in by_tree.values():
+        root = tree[0]
+        assert (root.tree.leaf, root.tree.parent, root.tree.shared_turns) == (0, -1, 0)
+        assert len(root.turn_spans) == 3 and root.reward == 1.0  # calc, calc, answer
+        # the root's two inner nodes (after turn 1 and turn 2), each expanded once
+        assert sorted(b.tree.shared_turns for b in tree[1:]) == [1, 2]
+        assert sorted(b.tree.leaf for b in tree[1:]) == [1, 2]
+        for branch in tree[1:]:
+            pos = branch.tree
+            assert pos.parent == 0 and pos.shared_tokens == root.turn_spans[pos.shared_turns][0]
+            n = pos.shared_tokens
+            assert branch.token_ids[:n] == root.token_ids[:n]
+            assert branch.loss_mask[:n] == root.loss_mask[:n]
+            assert branch.logprobs[:n] == root.logprobs[:n]
+            assert branch.token_versions[:n] == root.token_versions[:n]
+            assert branch.turn_spans[: pos.shared_turns] == root.turn_spans[: pos.shared_turns]
+            assert branch.token_ids[n:] != root.token_ids[n:]  # its own turns
+            assert branch.reward == 0.0 and branch.terminated
+            assert branch.step_rewards[: pos.shared_turns] == root.step_rewards[: pos.shared_turns]
+            # the generator was asked to continue exactly the shared prefix
+            assert (branch.group_id, MAX_TURNS + pos.shared_turns, branch.token_ids[:n]) in [
+                (g, t, p) for g, t, p in act.prompts
+            ]
+    # decoded tokens: a branch's copied prefix is not counted again
+    for leaf in leaves:
+        own = sum(leaf.loss_mask[leaf.tree.shared_tokens :]) if leaf.tree.parent >= 0 else None
+        assert decoded_tokens(leaf) == (own if own is not None else sum(leaf.loss_mask))
+    # the scripted actor plays a task's two trees alike: 3 distinct leaves per task
+    assert distinct_trajectories(leaves) == 6
+
+
+def test_a_second_round_can_branch_from_branches(tokenizer):
+    leaves, _, _ = play_trees(tokenizer, roots=1, expansions=1, iterations=3)
+    tree = [x for x in leaves if x.tree.tree_id == leaves[0].tree.tree_id]
+    assert [x.tree.leaf for x in tree] == [0, 1, 2, 3]
+    for leaf in tree[1:]:  # every node is expanded once at most while there are unexpanded ones
+        parent = tree[leaf.tree.parent]
+        n = leaf.tree.shared_tokens
+        assert leaf.token_ids[:n] == parent.token_ids[:n] and leaf.tree.parent < leaf.tree.leaf
+
+
+class ForkingCalculator(CalculatorEnv):
+    """A calculator that copies itself; counts resets (the fork path never resets)."""
+
+    resets = 0
+
+    def reset(self, task, seed):
+        type(self).resets += 1
+        return super().reset(task, seed)
+
+    def fork(self):
+        return copy.deepcopy(self)
+
+
+def test_fork_path_gives_the_same_leaves_without_replay(tokenizer):
+    replayed, _, _ = play_trees(tokenizer)
+    ForkingCalculator.resets = 0
+    forked, _, _ = play_trees(tokenizer, env_type=ForkingCalculator)
+    assert ForkingCalculator.resets == 4  # the roots only: branches start from copies
+    for a, b in zip(replayed, forked, strict=True):
+        assert (a.token_ids, a.loss_mask, a.logprobs, a.tree) == (
+            b.token_ids,
+            b.loss_mask,
+            b.logprobs,
+            b.tree,
+        )
+        assert (a.reward, a.step_rewards, a.metrics) == (b.reward, b.step_rewards, b.metrics)
+
+
+class DriftingCalculator(CalculatorEnv):
+    """Its tool results count the resets of every instance (state outside the episode):
+    replay cannot reproduce them."""
+
+    resets = 0
+
+    def reset(self, task, seed):
+        type(self).resets += 1
+        self.mine = type(self).resets
+        return super().reset(task, seed)
+
+    def step(self, action):
+        result = super().step(action)
+        if result.observation is not None:
+            result.observation = Observation(content=f"{self.mine}", name="calc")
+        return result
+
+
+def test_replay_that_diverges_stops_the_rollout(tokenizer):
+    with pytest.raises(ReplayDivergedError, match="DriftingCalculator.*branchable = False"):
+        play_trees(tokenizer, env_type=DriftingCalculator)
+
+
+def test_unbranchable_env_is_refused(tokenizer, monkeypatch):
+    monkeypatch.setattr(CalculatorEnv, "branchable", False, raising=False)
+    with pytest.raises(ValueError, match="branchable = False"):
+        play_trees(tokenizer)
+
+
+def test_tree_grpo_advantages_by_hand_through_the_learner(tokenizer):
+    leaves, _, _ = play_trees(tokenizer)
+    batch = collate_episodes([[x] for x in leaves], tokenizer.pad_token_id)
+    assert batch.tree_ids is not None
+    # a group's slots: its two roots, then tree 0's two branches, then tree 1's
+    assert batch.tree_ids.tolist() == [0, 1, 0, 0, 1, 1, 2, 3, 2, 2, 3, 3]
+    compute_advantages(batch, AlgoConfig(name="tree_grpo"))
+    # Every tree is [1, 0, 0]; every task's group [1, 0, 0, 1, 0, 0].
+    # A_inter: mean 1/3, unbiased std sqrt(4/15); A_intra: mean 1/3, std sqrt(1/3).
+    inter = (2 / 3 / math.sqrt(4 / 15), -1 / 3 / math.sqrt(4 / 15))
+    intra = (2 / 3 / math.sqrt(1 / 3), -1 / 3 / math.sqrt(1 / 3))
+    expected = [inter[0] + intra[0] if x.reward == 1 else inter[1] + intra[1] for x in leaves]
+    assert expected[:3] == pytest.approx([2.4457, 2.4457, -1.2228], abs=1e-4)
+    assert batch.advantages is not None
+    for row, value in enumerate(expected):
+        trained = batch.loss_mask[row] > 0
+        assert batch.advantages[row][trained] == pytest.approx(
+            torch.full((int(trained.sum()),), value), abs=1e-4
+        )
+        assert (batch.advantages[row][~trained] == 0).all()
+    # plain GRPO on the same leaves is the inter term alone
+    compute_advantages(batch, AlgoConfig(name="grpo"))
+    first = batch.advantages[2][batch.loss_mask[2] > 0][0]
+    assert float(first) == pytest.approx(inter[1], abs=1e-4)
+
+
+def test_tree_grpo_without_trees_is_an_error():
+    x = ADVANTAGE_ESTIMATORS["tree_grpo"]
+    assert x.tree_groups and x.needs_groups and not x.per_episode
+
+
+def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
+    """The real loop on the tiny model (it never writes a tag: every turn is an invalid action,
+    an error observation and another turn, so every root has inner nodes). Counted: tokens
+    decoded, prompt tokens prefilled and reused, against independent episodes."""
+    tasks = make_calculator_tasks("train", 2, seed=0)
+    cfg = tree_cfg(max_turns=3, max_tokens_per_turn=5, max_total_tokens=400)
+    g = 6
+    expanded = [t for t in tasks for _ in range(g)]
+    groups = [f"0:{t.task_id}" for t in expanded]
+    fmt = TagFormat(CalculatorEnv().tools)
+    work = {}
+    for mode in ("tree", "independent"):
+        gen = HFGenerator(tiny, tokenizer, max_batch_size=64)
+        act = policy_actor(gen, fmt, cfg, seed=1)
+        envs = [CalculatorEnv() for _ in expanded]
+        if mode == "tree":
+            samples = run_tree_episodes(envs, expanded, groups, act, fmt, tokenizer, cfg, 0)
+            leaves = [s for ep in samples for s in ep]
+        else:
+            leaves = run_episodes(envs, expanded, groups, act, fmt, tokenizer, cfg, 0)
+        work[mode] = (sum(decoded_tokens(x) for x in leaves), gen.prompt_tokens, leaves)
+    tree_decoded, tree_prefill, leaves = work["tree"]
+    flat_decoded, flat_prefill, flat = work["independent"]
+    assert all(len(x.turn_spans) == 3 for x in flat)  # 3 turns x 5 tokens each
+    assert flat_decoded == 12 * 3 * 5
+    # roots decode 3 turns, a branch after k shared turns 3 - k (k in {1, 2} here)
+    expected = sum(5 * (3 - x.tree.shared_turns) for x in leaves)
+    assert tree_decoded == expected < flat_decoded
+    # A branch's prefix is prefilled once per distinct node in its round (the generator's KV of
+    # earlier calls is not kept across rounds): the round's first call prefills exactly the
+    # distinct branch prompts of its first turn, on top of the roots' incremental prefills.
+    assert tree_prefill > 0 and flat_prefill > 0
+    assert distinct_trajectories(leaves) == 12
