@@ -243,3 +243,33 @@ def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
     # distinct branch prompts of its first turn, on top of the roots' incremental prefills.
     assert tree_prefill > 0 and flat_prefill > 0
     assert distinct_trajectories(leaves) == 12
+
+
+def test_a_training_step_on_trees_with_tree_grpo():
+    """The trainer's path: collect plays trees (rollout.tree), the batch carries tree ids,
+    tree_grpo's advantages train, the step logs decoded tokens and distinct trajectories."""
+    from agentic_rl.config.load import load_config
+    from agentic_rl.train.loop import train_step
+    from agentic_rl.train.setup import build, make_optimizer
+
+    cfg = load_config(
+        None,
+        [
+            "model.name=tiny",
+            "env.name=calculator",
+            "env.topk=3",
+            "algo.name=tree_grpo",
+            "algo.entropy_coef=0.01",
+            "rollout.tree.roots=2",
+            "rollout.group_size=6",
+            "rollout.max_turns=3",
+            "rollout.max_tokens_per_turn=6",
+        ],
+        smoke=True,
+    )
+    setup = build(cfg)
+    metrics = train_step(setup, make_optimizer(setup), step=1)
+    assert metrics["skipped_update"] == 0.0
+    # 2 tasks x 6 leaves; the roots decode every turn, a branch only its own turns
+    assert 0 < metrics["decoded_tokens"] < 12 * 3 * 6
+    assert 1 <= metrics["distinct_trajectories"] <= 12
