@@ -205,7 +205,7 @@ def test_tree_grpo_advantages_by_hand_through_the_learner(tokenizer):
     assert float(first) == pytest.approx(inter[1], abs=1e-4)
 
 
-def test_tree_grpo_without_trees_is_an_error():
+def test_tree_grpo_flags():
     x = ADVANTAGE_ESTIMATORS["tree_grpo"]
     assert x.tree_groups and x.needs_groups and not x.per_episode
 
@@ -273,3 +273,19 @@ def test_a_training_step_on_trees_with_tree_grpo():
     # 2 tasks x 6 leaves; the roots decode every turn, a branch only its own turns
     assert 0 < metrics["decoded_tokens"] < 12 * 3 * 6
     assert 1 <= metrics["distinct_trajectories"] <= 12
+
+
+def test_tree_grpo_entry_is_inter_plus_intra_on_its_inputs():
+    from agentic_rl.algos.estimators import AdvantageInputs
+    from agentic_rl.algos.tree import tree_grpo_advantages
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    groups, trees = torch.tensor([0, 0, 0, 0]), torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    x = AdvantageInputs(rewards=rewards, mask=mask, group_ids=groups, tree_ids=trees)
+    adv, returns = ADVANTAGE_ESTIMATORS["tree_grpo"].fn(x)
+    per_row = tree_grpo_advantages(rewards, groups, trees)
+    assert returns is None
+    torch.testing.assert_close(adv, per_row[:, None] * mask)
+    # tree 0 = [1, 0] (intra +-0.7071), tree 1 = [1, 1] (intra 0); group mean 0.75, std 0.5
+    assert per_row.tolist() == pytest.approx([0.5 + 0.7071, -1.5 - 0.7071, 0.5, 0.5], abs=1e-4)

@@ -88,7 +88,7 @@ class AdvantageInputs:
     """Weight of the turn advantage (mt_grpo: algo.turn_advantage_coef)."""
     tree_ids: Tensor | None = None
     """[B] long: the leaves of one tree share an id, unique across groups (tree_grpo;
-    rollout.tree)."""
+    rollout.tree); None = every row its own tree (config validation requires trees)."""
 
 
 DEFAULT_LOSS_AGG = "seq-mean-token-mean"
@@ -209,9 +209,10 @@ def _trr_pp(x: AdvantageInputs) -> tuple[Tensor, None]:
 
 
 def _tree_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
-    if x.tree_ids is None:
-        raise ValueError("tree_grpo needs the tree of each row: play with rollout.tree")
-    adv = tree_grpo_advantages(x.rewards, x.group_ids, x.tree_ids)
+    n = x.rewards.shape[0]
+    own = torch.arange(n, device=x.rewards.device)  # every row its own tree: no intra term
+    trees = x.tree_ids if x.tree_ids is not None else own
+    adv = tree_grpo_advantages(x.rewards, x.group_ids, trees)
     return outcome_to_token_advantages(adv, x.mask), None
 
 
