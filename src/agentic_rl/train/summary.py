@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from agentic_rl.algos.gigpo import step_advantages
+from agentic_rl.algos.turns import turn_group_advantages, turn_slots
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.rollout.loop import ENV_METRIC_PREFIX
@@ -57,6 +58,14 @@ def advantage_metrics(batch: TrainBatch, gigpo_norm: str = "mean_std_norm") -> d
         sizes = torch.bincount(batch.step_group_ids)[batch.step_group_ids]
         metrics["step_adv_nonzero"] = float((a_s != 0).float().mean())
         metrics["shared_step_groups"] = float((sizes > 1).float().mean())
+    if batch.num_turns is not None and batch.turn_rewards is not None:
+        # MT-GRPO's turn signal: the share of turns before an episode's last whose step reward
+        # differs from the group's at that turn index (a non-zero turn advantage), whatever the
+        # estimator; only for batches with such turns (multi-turn episode rows)
+        earlier = turn_slots(batch.num_turns - 1, batch.turn_rewards.shape[1])
+        if earlier.any():
+            turn_adv = turn_group_advantages(batch.turn_rewards, earlier, batch.group_ids)
+            metrics["turn_adv_nonzero"] = float((turn_adv[earlier] != 0).float().mean())
     return metrics
 
 

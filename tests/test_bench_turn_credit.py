@@ -1,0 +1,68 @@
+"""bench/turn_credit.py: each arm is the recipe with its estimator (critic settings only where a
+critic acts), the table by hand, and a tiny-model smoke of the whole bench (slow)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+SPEC = importlib.util.spec_from_file_location(
+    "turn_credit", Path(__file__).resolve().parent.parent / "bench" / "turn_credit.py"
+)
+assert SPEC is not None and SPEC.loader is not None
+bench = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(bench)
+
+
+def test_every_arm_is_the_recipe_with_its_estimator(tmp_path):
+    args = argparse.Namespace(
+        recipe="stepsearch", model="tiny", steps=2, tasks_per_step=2, group_size=2,
+        eval_tasks=2, warm_tasks=2, smoke=False, overrides=[],
+    )  # fmt: skip
+    for arm in bench.ARMS:
+        cfg = bench.arm_config(args, arm, 1, tmp_path)
+        assert cfg.algo.name == arm and cfg.trainer.seed == 1 and cfg.rollout.group_size == 2
+        algo = yaml.safe_load(bench.arm_recipe(args, arm, tmp_path).read_text())["algo"]
+        assert ("critic" in algo) == (arm in bench.CRITIC_ARMS)
+        # the recipe's other settings stay: its loss, clip and KL
+        assert cfg.algo.kl_coef == 0.001 and cfg.algo.loss_agg == "token-mean"
+        assert cfg.env.options["step_reward_weight"] == 0.6
+    assert bench.arm_config(args, "mt_grpo", 0, tmp_path).algo.turn_advantage_coef == 1.0
+    assert bench.arm_config(args, "turn_ppo", 0, tmp_path).algo.critic == "separate"
+
+
+def test_table_by_hand():
+    run = {
+        "eval_success": 0.5,
+        "eval_reward": 0.25,
+        "train": [{"reward": 0.0}, {"reward": 1.0, "turn_adv_nonzero": 0.5}, {"reward": 2.0}],
+    }
+    other = {**run, "eval_success": 0.7}
+    text = bench.table({"mt_grpo": {"0": run, "1": other}}, {"success": 0.125})
+    lines = text.splitlines()
+    assert lines[0] == "warm start (shared): held-out success 0.125"
+    # last third of 3 steps = the last step; turn_adv_nonzero from the one step that has it
+    assert lines[-1] == (
+        "| mt_grpo | 2 | 0.600 [0.500, 0.700] | 0.250 [0.250, 0.250] | 2.000 [2.000, 2.000] "
+        "| 0.500 [0.500, 0.500] |"
+    )
+
+
+@pytest.mark.slow
+def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
+    out = tmp_path / "turn_credit.json"
+    argv = ["--model", "tiny", "--arms", "mt_grpo", "turn_ppo", "--seeds", "0", "--steps", "1"]
+    argv += ["--tasks-per-step", "2", "--group-size", "2", "--eval-tasks", "2", "--smoke"]
+    data = bench.main([*argv, "--out", str(out)])
+    assert json.loads(out.read_text()) == data
+    for arm in ("mt_grpo", "turn_ppo"):
+        run = data["results"][arm]["0"]
+        assert len(run["train"]) == 1 and 0.0 <= run["eval_success"] <= 1.0
+        assert run["optimizer_steps"] == 1.0
+    assert data["results"]["turn_ppo"]["0"]["train"][0]["value_loss"] > 0
+    assert bench.main([*argv, "--out", str(out)]) == data  # nothing left to run
