@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "arms": {a: ARMS[a] for a in results},
                 "machine": {
                     "platform": platform.platform(),
-                    "cores": torch.get_num_threads(),
+                    "torch_threads": torch.get_num_threads(),
                     "python": platform.python_version(),
                 },
                 "warm_start": warm,
