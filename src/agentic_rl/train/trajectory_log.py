@@ -27,6 +27,8 @@ empty. A record holds:
     versions               per-token policy version (-1 = not sampled), null if unrecorded
     turns                  per model turn: its [start, end) span, the observation span after it,
                            its step reward and the parsed action (tool call, answer, error)
+    tree                   tree rollouts (rollout.tree): {"id", "leaf", "parent", "shared_turns",
+                           "shared_tokens"}, the leaf's place in its tree; null otherwise
 
 Floats are rounded to 4 decimals. Records start with `{"step": S, "split": "..."` so a reader can
 skip a record without parsing it (`read_trajectories(..., keep=...)`).
@@ -203,6 +205,15 @@ class TrajectoryLog:
             "turns": self._turns(t, pieces),
             # images by reference (a vision-language policy): file and sha256, in token order
             "images": [{"path": i.path, "sha256": i.sha256} for i in t.images] or None,
+            "tree": None
+            if t.tree is None
+            else {
+                "id": t.tree.tree_id,
+                "leaf": t.tree.leaf,
+                "parent": t.tree.parent,
+                "shared_turns": t.tree.shared_turns,
+                "shared_tokens": t.tree.shared_tokens,
+            },
         }
 
     def _turns(self, t: Trajectory, pieces: list[str]) -> list[dict[str, Any]]:

@@ -482,6 +482,28 @@ function actionBadge(action) {
   return el("span", { class: `action ${action.kind}`, text: text.length > 160 ? text.slice(0, 157) + "…" : text });
 }
 
+// Tree rollouts: the leaves of this trajectory's tree (among the sampled records), indented
+// under the leaf they branched from, each with the turns it shares with its parent.
+function renderTree(a, peers) {
+  const tree = a.t.tree;
+  const leaves = peers.filter((b) => b.t.tree && b.t.tree.id === tree.id)
+    .sort((x, y) => x.t.tree.leaf - y.t.tree.leaf);
+  const byLeaf = new Map(leaves.map((b) => [b.t.tree.leaf, b]));
+  const depth = (b) => {
+    let d = 0, p = b.t.tree.parent;
+    while (p >= 0 && byLeaf.has(p) && d < 64) { d += 1; p = byLeaf.get(p).t.tree.parent; }
+    return d;
+  };
+  const rows = leaves.map((b) => el("div", { style: `margin-left:${1.5 * depth(b)}em` },
+    el("a", { class: b === a ? "current" : "", onclick: () => openTrajectory(b),
+      text: `leaf ${b.t.tree.leaf}` }),
+    b.t.tree.parent < 0 ? " root episode" : ` from leaf ${b.t.tree.parent} after turn ${b.t.tree.shared_turns}`
+      + ` (${b.t.tree.shared_tokens} tokens shared)`,
+    ` · r=${fmt(b.t.reward, 2)}`));
+  return el("div", { class: "peers note" }, el("b", { text: `tree ${tree.id}` }),
+    ` (${leaves.length} leaves sampled into the log)`, ...rows);
+}
+
 function renderDetail(a) {
   const { t } = a, run = RUNS[a.r];
   const box = document.getElementById("detail");
@@ -502,6 +524,7 @@ function renderDetail(a) {
   const peerBox = peers.length > 1 ? el("div", { class: "peers note" }, "group: ",
     peers.map((b) => el("a", { class: b === a ? "current" : "", onclick: () => openTrajectory(b),
       text: `#${b.t.episode}${b.t.sample ? "." + b.t.sample : ""} r=${fmt(b.t.reward, 2)}` }))) : null;
+  const treeBox = t.tree ? renderTree(a, peers) : null;
   const legend = el("div", { class: "legend" }, mode.legend);
   const tokens = el("div", { class: "tokens", id: "tokens" });
   // segments: prompt, then each turn and the observation after it
@@ -515,7 +538,8 @@ function renderDetail(a) {
     if (s > cursor) {  // tokens between segments (none in multi-turn rollouts)
       tokens.appendChild(el("div", { class: "seg" }, tokenSpans(a, cursor, s, mode.color)));
     }
-    const title = el("div", { class: "title" }, `turn ${k + 1} · tokens ${s}–${e}`,
+    const shared = t.tree && k < t.tree.shared_turns ? ` · copied from leaf ${t.tree.parent}` : "";
+    const title = el("div", { class: "title" }, `turn ${k + 1} · tokens ${s}–${e}${shared}`,
       turn.reward === null || turn.reward === undefined ? "" : ` · step reward ${fmt(turn.reward)}`,
       actionBadge(turn.action));
     const seg = el("div", { class: "seg turn", "data-turn": k }, title);
@@ -532,7 +556,7 @@ function renderDetail(a) {
     }
   });
   if (cursor < t.ids.length) tokens.appendChild(el("div", { class: "seg" }, tokenSpans(a, cursor, t.ids.length, mode.color)));
-  box.replaceChildren(head, peerBox || "", legend, mode.note ? el("p", { class: "note", text: mode.note }) : "", tokens);
+  box.replaceChildren(head, peerBox || "", treeBox || "", legend, mode.note ? el("p", { class: "note", text: mode.note }) : "", tokens);
 }
 
 function setupTooltip() {
