@@ -27,19 +27,15 @@ held-out evaluations) and prints a markdown table of the means over seeds.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "newer_losses.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arms import arm_parser, run_arms  # noqa: E402  (bench/ is scripts, not a package)
+
+RESULTS = Path(__file__).resolve().parent / "results" / "newer_losses.json"
 RESET = ["algo.clip_high=0.2"]  # the recipe's clip-higher is a knob of ppo/clip_cov only
 ARMS: dict[str, list[str]] = {
     "ppo": [],
@@ -62,35 +58,6 @@ TRAIN_KEYS = (
     "rollout_correction_zeroed",
     "step_seconds",
 )
-
-
-def run_arm(args: argparse.Namespace, arm: str, seed: int, out: Path) -> dict[str, Any]:
-    """One `agentic-rl train` run of the default recipe with the arm's overrides."""
-    overrides = [
-        f"trainer.seed={seed}",
-        f"trainer.steps={args.steps}",
-        f"trainer.eval_every={args.eval_every}",
-        "trainer.max_minutes=0",
-        "trainer.progress=false",
-        "trainer.log_trajectories=0",
-        f"trainer.out_dir={out}",
-        f"trainer.run_name={arm}-{seed}",
-        *ARMS[arm],
-        *args.overrides,
-    ]
-    cmd = [sys.executable, "-m", "agentic_rl.cli", "train", args.recipe, *overrides]
-    t0 = time.time()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (out / f"{arm}-{seed}" / "metrics.jsonl").open()]
-    train = [
-        {"step": r["step"], **{k: r[f"train/{k}"] for k in TRAIN_KEYS if f"train/{k}" in r}}
-        for r in rows
-        if "train/reward" in r
-    ]
-    evals = [{"step": r["step"], "success": r["eval/success"]} for r in rows if "eval/success" in r]
-    return {"train": train, "eval": evals, "wall_seconds": time.time() - t0, "command": cmd}
 
 
 def mean_of(values: list[float]) -> float | None:
@@ -126,41 +93,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recipe", default="search_qa_grpo")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--overrides", nargs="*", default=[], help="added to every run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser = arm_parser(__doc__.split("\n")[0], ARMS, RESULTS)
     args = parser.parse_args()
-    results: dict[str, dict[str, Any]] = {}
-    if args.out.is_file():  # resume: keep the arms and seeds already measured
-        results = json.loads(args.out.read_text()).get("results", {})
-    with tempfile.TemporaryDirectory(prefix="newer-losses-") as tmp:
-        for seed in args.seeds:
-            for arm in args.arms:
-                if str(seed) in results.get(arm, {}):
-                    continue
-                print(f"[{arm} seed {seed}]", flush=True)
-                results.setdefault(arm, {})[str(seed)] = run_arm(args, arm, seed, Path(tmp))
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(
-                    json.dumps(
-                        {
-                            "command": " ".join(sys.argv),
-                            "recipe": args.recipe,
-                            "steps": args.steps,
-                            "optimizer_steps_per_step": 2,
-                            "eval_every": args.eval_every,
-                            "arms": {a: ARMS[a] for a in results},
-                            "machine": platform.platform(),
-                            "results": results,
-                        },
-                        indent=1,
-                    )
-                )
+    results = run_arms(args, ARMS, TRAIN_KEYS, {"optimizer_steps_per_step": 2})
     print(table(results))
 
 

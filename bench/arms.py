@@ -1,0 +1,114 @@
+"""Arms x seeds comparisons on one recipe: each run a separate `agentic-rl train` process.
+
+The shared half of the benches that compare settings of one recipe (bench/newer_losses.py,
+bench/tree_rollouts.py): one run per (arm, seed) with the arm's overrides, budgeted in RL steps
+(time limits off, so a loaded machine changes the time, not the result), its train metrics and
+held-out evaluations read back from metrics.jsonl, and a results file rewritten after every
+run so that a killed comparison resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EVAL_PREFIXES = ("eval_before", "eval_warm_start", "eval")
+
+
+def arm_parser(description: str, arms: Sequence[str], results: Path) -> argparse.ArgumentParser:
+    """The options every comparison takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--recipe", default="search_qa_grpo")
+    parser.add_argument("--arms", nargs="+", default=list(arms), choices=list(arms))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--overrides", nargs="*", default=[], help="added to every run")
+    parser.add_argument("--out", type=Path, default=results)
+    return parser
+
+
+def run_arm(
+    args: argparse.Namespace,
+    arm: str,
+    overrides: Sequence[str],
+    seed: int,
+    out: Path,
+    train_keys: Sequence[str],
+) -> dict[str, Any]:
+    """One `agentic-rl train` run of `args.recipe` with the arm's overrides: the train metrics
+    named in `train_keys` per step and every held-out evaluation (with its prefix)."""
+    run_name = f"{arm}-{seed}"
+    cmd = [sys.executable, "-m", "agentic_rl.cli", "train", args.recipe]
+    cmd += [
+        f"trainer.seed={seed}",
+        f"trainer.steps={args.steps}",
+        f"trainer.eval_every={args.eval_every}",
+        "trainer.max_minutes=0",
+        "trainer.progress=false",
+        "trainer.log_trajectories=0",
+        f"trainer.out_dir={out}",
+        f"trainer.run_name={run_name}",
+        *overrides,
+        *args.overrides,
+    ]
+    t0 = time.time()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / run_name / "metrics.jsonl").open()]
+    train = [
+        {"step": r["step"], **{k: r[f"train/{k}"] for k in train_keys if f"train/{k}" in r}}
+        for r in rows
+        if "train/reward" in r
+    ]
+    evals = [
+        {"step": r["step"], "success": r[f"{p}/success"], "split": p}
+        for r in rows
+        for p in EVAL_PREFIXES
+        if f"{p}/success" in r
+    ]
+    return {"train": train, "eval": evals, "wall_seconds": time.time() - t0, "command": cmd}
+
+
+def run_arms(
+    args: argparse.Namespace,
+    arms: dict[str, list[str]],
+    train_keys: Sequence[str],
+    header: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """Every (seed, arm) of `args` not yet in `args.out`, the file rewritten after each run;
+    returns results[arm][str(seed)]."""
+    results: dict[str, dict[str, Any]] = {}
+    if args.out.is_file():  # resume: keep the arms and seeds already measured
+        results = json.loads(args.out.read_text()).get("results", {})
+    with tempfile.TemporaryDirectory(prefix="arms-") as tmp:
+        for seed in args.seeds:
+            for arm in args.arms:
+                if str(seed) in results.get(arm, {}):
+                    continue
+                print(f"[{arm} seed {seed}]", flush=True)
+                run = run_arm(args, arm, arms[arm], seed, Path(tmp), train_keys)
+                results.setdefault(arm, {})[str(seed)] = run
+                record = {
+                    "command": " ".join(sys.argv),
+                    "recipe": args.recipe,
+                    "steps": args.steps,
+                    "eval_every": args.eval_every,
+                    **header,
+                    "arms": {a: arms[a] for a in results},
+                    "machine": platform.platform(),
+                    "results": results,
+                }
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(record, indent=1))
+    return results
