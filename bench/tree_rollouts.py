@@ -22,8 +22,9 @@ off, so a loaded machine changes the time, not the result. Each run is a separat
     .venv/bin/python bench/tree_rollouts.py --arms grpo tree_grpo --seeds 0 --steps 2  # a look
 
 Writes bench/results/tree_rollouts.json (per arm and seed: per-step train metrics, held-out
-evaluations) and prints a markdown table of the means over seeds: held-out success after RL, its change from the evaluation before RL per million
-decoded tokens, decoded tokens per step, distinct trajectories per step.
+evaluations) and prints a markdown table of the means over seeds: held-out success after RL,
+its change from the evaluation before RL per million decoded tokens, decoded tokens per step,
+distinct trajectories per step.
 """
 
 from __future__ import annotations
