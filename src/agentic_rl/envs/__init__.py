@@ -5,5 +5,6 @@ generators by name, with plugins (registry.py), user task files (task_files.py),
 door in (from_config.py), and what several families share (discrete.py: named actions;
 code_words.py: reserved vocabulary words as discrete codes; knowledge.py: KnownSelf's knowledge
 tool). The families: search/, code/, math/, games/, worlds/, browser/, embodied/, memory/,
-vision/.
+vision/, multiagent/ (several roles in one episode) and benchmarks/ (the field's real
+benchmarks, scored by their own checkers).
 """
