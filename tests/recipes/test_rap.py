@@ -124,4 +124,6 @@ def test_rap_blocksworld_smoke(tmp_path, capsys):
 def test_bad_planner_settings_fail_at_load(capsys):
     assert main(["eval", "rap_blocksworld", "planner.world_model=oracle", "--planner", "mcts"]) == 2
     assert "planner.world_model" in capsys.readouterr().err
-    assert main(["eval", "rap_blocksworld", "model.name=tiny"]) == 2  # no checkpoint, no planner
+    # without --planner or --checkpoint: the starting model plays the episodes (issue 32)
+    assert main(["eval", "rap_blocksworld", "model.name=tiny", "env.num_eval_tasks=2"]) == 0
+    assert '"checkpoint": null' in capsys.readouterr().out
