@@ -126,7 +126,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
             common, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color="C0"
         )
         ax.plot(common, [statistics.mean(v) for v in values], lw=2.2, color="C0", label="mean")
-    ax.set_xlabel("RL optimizer steps (0 = after the warm start)")
+    ax.set_xlabel("RL steps (0 = after the warm start)")
     ax.set_ylabel(f"held-out {result['metric']} ({result['held_out_tasks']} tasks)")
     ax.set_title(f"{result['key']}: {result['recipe']}", fontsize=10)
     ax.set_ylim(-0.02, 1.02)
