@@ -49,6 +49,17 @@ def accuracy_key(category: str) -> str:
     return f"env/accuracy@{category}"
 
 
+def invalid_reply(action: Action, format_penalty: float) -> StepResult:
+    """A turn with no reply BFCL can decode: an error observation with the format hint and the
+    format penalty; the episode goes on."""
+    problem = action.error or f"a {action.kind} action"
+    return StepResult(
+        observation=Observation(content=f"Invalid reply ({problem}). {FORMAT_HINT}", name="error"),
+        reward=-format_penalty,
+        info={"invalid_action": 1},
+    )
+
+
 def reply_text(action: Action) -> str | None:
     """The text BFCL would decode from a turn: an answer's text, or a tagless turn's raw text
     without end-of-turn markers; None for a tool call or a malformed turn."""
@@ -91,14 +102,7 @@ class BFCLEnv:
             raise RuntimeError("step() needs a reset() first (and not after the episode ended)")
         reply = reply_text(action)
         if reply is None:
-            problem = action.error or f"a {action.kind} action"
-            return StepResult(
-                observation=Observation(
-                    content=f"Invalid reply ({problem}). {FORMAT_HINT}", name="error"
-                ),
-                reward=-self.format_penalty,
-                info={"invalid_action": 1},
-            )
+            return invalid_reply(action, self.format_penalty)
         passed, error = single_turn_verdict(entry(self.task.task_id), reply)
         self.done = True
         category = category_of(self.task.task_id)

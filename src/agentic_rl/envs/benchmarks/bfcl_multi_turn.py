@@ -39,7 +39,12 @@ import itertools
 import os
 from typing import Any
 
-from agentic_rl.envs.benchmarks.bfcl import FORMAT_HINT, accuracy_key, opening_messages, reply_text
+from agentic_rl.envs.benchmarks.bfcl import (
+    accuracy_key,
+    invalid_reply,
+    opening_messages,
+    reply_text,
+)
 from agentic_rl.envs.benchmarks.bfcl_data import (
     bfcl,
     category_of,
@@ -134,14 +139,7 @@ class BFCLMultiTurnEnv:
             raise RuntimeError("step() needs a reset() first (and not after the episode ended)")
         reply = reply_text(action)
         if reply is None:
-            problem = action.error or f"a {action.kind} action"
-            return StepResult(
-                observation=Observation(
-                    content=f"Invalid reply ({problem}). {FORMAT_HINT}", name="error"
-                ),
-                reward=-self.format_penalty,
-                info={"invalid_action": 1},
-            )
+            return invalid_reply(action, self.format_penalty)
         lib = bfcl()
         try:
             calls = lib.handler.default_decode_execute_prompting(reply, False)
