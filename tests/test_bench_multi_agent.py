@@ -27,7 +27,7 @@ def test_the_team_and_the_single_agent_get_the_same_token_budget():
         budgets[arm] = (cfg.tasks_per_step, cfg.group_size, cfg.max_turns * cfg.max_tokens_per_turn)
     assert budgets["planner_executor"] == budgets["search_single"] == (2, 8, 480)
     cfg = load_config(bench.RECIPES["solver_verifier"][0], ["model.name=tiny"])
-    assert cfg.model.role_adapters and cfg.algo.role_groups
+    assert cfg.model.role_policies == "adapters" and cfg.algo.role_groups
 
 
 def test_table_by_hand():

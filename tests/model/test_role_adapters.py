@@ -1,4 +1,4 @@
-"""A policy per role (model.role_adapters): one LoRA adapter per role on one frozen base.
+"""A policy per role (model.role_policies=adapters): a LoRA adapter per role on one frozen base.
 
 Each role's update touches only its own adapter (and never the base), a frozen role's adapter
 never moves, the learner scores each row through its role's adapter, the generator decodes each

@@ -3,7 +3,8 @@ learner.
 
 A generator turns token prompts into token continuations with their behaviour logprobs and
 takes new weights after each update. Two live here: `hf` (backends/hf.py, the policy object
-itself, so new weights are seen at once) and `vllm` (backends/vllm.py, imported only when
+itself, so new weights are seen at once; with a model per role, backends/roles.py, one per
+role) and `vllm` (backends/vllm.py, imported only when
 `rollout.backend=vllm`, which holds its own copy and is sent the weights, or only the LoRA
 adapter, after every update).
 """
@@ -17,8 +18,10 @@ import torch
 from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.roles import RoleGenerators
 from agentic_rl.config.schema import Config
 from agentic_rl.model.lora import is_lora, unwrap
+from agentic_rl.model.roles import RoleModels
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 
@@ -51,10 +54,17 @@ def make_generator(cfg: Config, policy: nn.Module, tokenizer: Any) -> Generator:
         from agentic_rl.backends.vllm import VLLMGenerator  # the optional engine: only here
 
         return VLLMGenerator.from_config(cfg, policy, tokenizer)
+    if isinstance(policy, RoleModels):  # model.role_policies=models: a generator per role
+        generators = {role: _hf_generator(cfg, m, tokenizer) for role, m in policy.models.items()}
+        return RoleGenerators(policy, generators)
     # The HF generator runs the transformers model itself (for LoRA: the base model with the
     # adapter layers injected), so updates are visible without copying anything.
+    return _hf_generator(cfg, unwrap(policy), tokenizer)
+
+
+def _hf_generator(cfg: Config, model: nn.Module, tokenizer: Any) -> HFGenerator:
     return HFGenerator(
-        unwrap(policy),
+        model,
         tokenizer,
         max_batch_size=max(cfg.rollout.eval_batch_size, cfg.rollout.group_size),
         mixed_precision=cfg.rollout.mixed_precision,

@@ -3,10 +3,12 @@
 Layout of one checkpoint (`OUT` is the run's output directory)::
 
     OUT/checkpoints/step_000012/
-        model.safetensors          policy state_dict (tied weights stored once), or for a LoRA
+        model.safetensors          policy state_dict (tied weights stored once); with a model
+                                   per role (model.role_policies=models) every role's model,
+                                   under models.<role>.*; or for a LoRA
         adapter/                   policy only its adapter, as a PEFT directory (the frozen
                                    base is rebuilt from model.name); with role adapters
-                                   (model.role_adapters) adapter/<role>/ for each role
+                                   (model.role_policies=adapters) adapter/<role>/ for each role
         <name>.safetensors         one per extra module, e.g. value_head.safetensors
         optimizer.pt               {"optimizer": ..., "scheduler": ...}; only in the latest
                                    checkpoint (resumes start there) unless keep_all_optimizers
@@ -344,7 +346,7 @@ def _model_file(path: Path, model: nn.Module) -> Path:
                 "(model.lora_rank > 0): resume with the run's own model.lora_rank=0"
             )
         for name, file in adapter_weight_files(model, path / ADAPTER_DIR).items():
-            _require(file, f"LoRA adapter weights of adapter {name!r} (model.role_adapters?)")
+            _require(file, f"LoRA adapter weights of adapter {name!r} (model.role_policies?)")
         return path / ADAPTER_DIR
     if adapter_file.is_file() and not (path / MODEL_FILE).is_file():
         raise CheckpointError(

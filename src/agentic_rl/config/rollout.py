@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+ROLE_POLICIES = ("shared", "adapters", "models")  # model.role_policies
+
 
 @dataclass
 class ModelConfig:
@@ -59,13 +61,20 @@ class ModelConfig:
     )
     """Names of the linear layers that get adapters (matched as name suffixes); the default is
     every attention and MLP projection of Llama/Qwen/SmolLM-style models."""
-    role_adapters: bool = False
-    """Multi-agent envs (an env with `roles`, rollout.mode=memory): a policy per role, each role
-    its own LoRA adapter on the one frozen base (model.lora_rank > 0). The generator decodes a
-    role's conversations with its adapter, the learner scores and updates each sample through
-    its role's adapter only, so one role's update never moves another's policy, and frozen
-    roles (rollout.train_roles) keep theirs fixed. Checkpoints hold every role's adapter.
-    false = every role is the one shared model, selected by its role prompt (MATPO)."""
+    role_policies: str = "shared"
+    """Multi-agent envs (an env with `roles`, rollout.mode=memory): what a role's policy is
+    (`ROLE_POLICIES`; model/roles.py).
+    "shared": every role is the one model, told apart by its role prompt (MATPO); a frozen role
+    (rollout.train_roles) still moves with the weights the trained roles update.
+    "adapters": each role its own LoRA adapter on the one frozen base (model.lora_rank > 0):
+    adapter-sized extra memory per role.
+    "models": each role its own full copy of the model (the same initial weights, loaded once):
+    n roles hold n times the parameters, gradients and optimizer state (and n reference copies
+    with algo.kl_coef > 0); each role decodes with its own HF generator and KV cache.
+    With "adapters" or "models" the generator decodes a role's conversations with that role's
+    policy and the learner scores and updates each sample through its role's policy only, so
+    one role's update never moves another's, and a frozen role's policy never moves.
+    Checkpoints hold every role's policy."""
 
 
 @dataclass

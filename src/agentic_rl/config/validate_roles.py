@@ -1,18 +1,20 @@
 """Validation of rollout.mode=memory, the mode that plays several conversations per episode
 (MemAgent's document reader, the multi-agent conversation envs), and of the multi-agent settings
 that act only there: the roles to train (`rollout.train_roles`), a policy per role
-(`model.role_adapters`) and advantages grouped per role (`algo.role_groups`). All three act only
-on an env with `roles` played with rollout.mode=memory; a policy per role is a LoRA adapter per
-role on the HF generator's shared model, so whatever would compute a role's tokens without its
-adapter is refused here. Called by `validate.validate`."""
+(`model.role_policies` adapters or models) and advantages grouped per role (`algo.role_groups`).
+All three act only on an env with `roles` played with rollout.mode=memory; a role's own policy
+(a LoRA adapter on the HF generator's shared model, or a full model with its own HF generator)
+is switched in only by the in-process rollout and learner (model/roles.py), so whatever would
+compute a role's tokens without its policy is refused here. Called by `validate.validate`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
-from agentic_rl.config.checks import _unused
+from agentic_rl.config.checks import _check_choice, _unused
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.rollout import ROLE_POLICIES
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -46,15 +48,17 @@ def validate_memory_mode(cfg: Config) -> None:
 
 
 def validate_roles(cfg: Config) -> None:
-    """rollout.train_roles names roles of the env; model.role_adapters and algo.role_groups
-    need a multi-agent env in rollout.mode=memory; role adapters need LoRA on the in-process HF
-    generator and nothing that computes a role's tokens without its adapter; role groups need
-    a per-episode group estimator."""
+    """rollout.train_roles names roles of the env; model.role_policies (other than shared) and
+    algo.role_groups need a multi-agent env in rollout.mode=memory; a policy per role needs the
+    in-process HF generator and nothing that computes a role's tokens without its policy; role
+    groups need a per-episode group estimator."""
+    _check_choice("model.role_policies", cfg.model.role_policies, ROLE_POLICIES)
     _validate_train_roles(cfg)
+    own = cfg.model.role_policies != "shared"
     wanted = [
         key
         for key, on in (
-            ("model.role_adapters", cfg.model.role_adapters),
+            (f"model.role_policies={cfg.model.role_policies}", own),
             ("algo.role_groups", cfg.algo.role_groups),
         )
         if on
@@ -75,8 +79,8 @@ def validate_roles(cfg: Config) -> None:
                 f"algo.role_groups normalises each role's rewards within its task group: "
                 f"algo.name={cfg.algo.name} is not a group estimator (use one of {names})"
             )
-    if cfg.model.role_adapters:
-        _validate_role_adapters(cfg)
+    if own:
+        _validate_role_policies(cfg)
 
 
 def _validate_train_roles(cfg: Config) -> None:
@@ -100,20 +104,31 @@ def _validate_train_roles(cfg: Config) -> None:
         )
 
 
-def _validate_role_adapters(cfg: Config) -> None:
+def _validate_role_policies(cfg: Config) -> None:
+    """What a role's own policy (model.role_policies adapters or models) cannot run with."""
+    choice = cfg.model.role_policies
+    adapters = choice == "adapters"
     refusals = [
         (
-            cfg.model.lora_rank <= 0,
+            adapters and cfg.model.lora_rank <= 0,
             "model.lora_rank",
             "each role's policy is a LoRA adapter: set model.lora_rank > 0",
         ),
         (
-            cfg.rollout.backend != "hf",
-            "rollout.backend",
-            "a separate generator (vllm) holds one adapter: use rollout.backend=hf",
+            not adapters and cfg.model.lora_rank > 0,
+            "model.lora_rank",
+            "each role would copy the frozen base with its adapter: use "
+            "model.role_policies=adapters (an adapter per role on one base)",
         ),
         (
-            cfg.rollout.mixed_precision != "no",
+            cfg.rollout.backend != "hf",
+            "rollout.backend",
+            "a separate generator (vllm) holds one "
+            + ("adapter" if adapters else "model")
+            + ": use rollout.backend=hf",
+        ),
+        (
+            adapters and cfg.rollout.mixed_precision != "no",
             "rollout.mixed_precision",
             "the HF generator's "
             "bf16 copy holds the adapters it was copied with: use rollout.mixed_precision=no",
@@ -128,21 +143,30 @@ def _validate_role_adapters(cfg: Config) -> None:
             cfg.rollout.max_staleness > 0,
             "rollout.max_staleness",
             "asynchronous rollouts would "
-            "switch role adapters while the learner computes: use rollout.max_staleness=0",
+            "switch role policies while the learner computes: use rollout.max_staleness=0",
+        ),
+        (
+            cfg.learner.strategy != "single",
+            "learner.strategy",
+            "the sharded learner wraps one model, not one per role: use learner.strategy=single",
         ),
         (
             cfg.trainer.export_model,
             "trainer.export_model",
-            "one merged model cannot hold "
-            "several roles' adapters (each role's is in the checkpoint's adapter/<role>/)",
+            "one model directory cannot hold several roles' policies (the checkpoint holds "
+            + ("each role's adapter in adapter/<role>/)" if adapters else "every role's model)"),
         ),
         (
             cfg.dpo.failure_tasks > 0,
             "dpo.failure_tasks",
-            "failure DPO scores without role adapters",
+            "failure DPO scores without a role's policy",
         ),
-        (bool(cfg.distill.teacher), "distill.teacher", "distillation scores without role adapters"),
+        (
+            bool(cfg.distill.teacher),
+            "distill.teacher",
+            "distillation scores without a role's policy",
+        ),
     ]
     for refused, key, why in refusals:
         if refused:
-            raise ConfigError(f"model.role_adapters=true with {key}: {why}")
+            raise ConfigError(f"model.role_policies={choice} with {key}: {why}")

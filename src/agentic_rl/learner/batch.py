@@ -86,7 +86,7 @@ class TrainBatch:
     # turn's first trained token); None = every loss-mask token
     tree_ids: torch.Tensor | None = None  # [N] long: the tree of each leaf (rollout.tree)
     agent_ids: torch.Tensor | None = None  # [N] long: the agent role of each row, an index
-    # into agent_names (multi-agent envs: algo.role_groups, model.role_adapters); None = no roles
+    # into agent_names (multi-agent envs: algo.role_groups, model.role_policies); None = no roles
     agent_names: tuple[str, ...] = ()  # the roles agent_ids index, sorted
     advantages: torch.Tensor | None = None  # [N, T]
     returns: torch.Tensor | None = None  # [N, T] (ppo)
@@ -320,7 +320,7 @@ def collate_episodes(
 
 def role_parts(batch: TrainBatch, rows: torch.Tensor, by_role: bool) -> list[torch.Tensor]:
     """`rows` split by agent role (their order kept within each role), so every micro-batch
-    cut from one part runs through one role's adapter (model.role_adapters); `[rows]` when not
+    cut from one part runs through one role's policy (model.role_policies); `[rows]` when not
     `by_role` or the batch has no roles."""
     if not by_role or batch.agent_ids is None:
         return [rows]
@@ -329,13 +329,13 @@ def role_parts(batch: TrainBatch, rows: torch.Tensor, by_role: bool) -> list[tor
 
 
 def micro_batch_role(mb: TrainBatch, roles: tuple[str, ...]) -> str | None:
-    """The role whose adapter scores micro-batch `mb` (all its rows are that role's: cut from
-    one `role_parts` part); None without role adapters."""
+    """The role whose policy scores micro-batch `mb` (all its rows are that role's: cut from
+    one `role_parts` part); None without role policies (`roles`, model/roles.py)."""
     if not roles:
         return None
     if mb.agent_ids is None:
-        raise ValueError(f"the policy has role adapters ({', '.join(roles)}) but no row a role")
+        raise ValueError(f"the policy has role policies ({', '.join(roles)}) but no row a role")
     names = {mb.agent_names[k] for k in mb.agent_ids.tolist()}
     if len(names) != 1 or not names <= set(roles):
-        raise ValueError(f"a micro-batch of roles {sorted(names)} for role adapters {roles}")
+        raise ValueError(f"a micro-batch of roles {sorted(names)} for role policies {roles}")
     return names.pop()

@@ -35,7 +35,7 @@ from agentic_rl.learner.batch import (
 )
 from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast, token_logprobs
-from agentic_rl.model.lora import role_adapters, use_adapter
+from agentic_rl.model.roles import as_role, role_policies
 from agentic_rl.model.vision import vision_inputs
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def forward_no_grad(
         return dp.forward_no_grad(forward, model, batch, chunk, micro, value_head)
     lps, vals = [], []
     device = next(model.parameters()).device  # trainer.device; results return to the batch's
-    roles = role_adapters(model)  # model.role_adapters: each row through its role's adapter
+    roles = role_policies(model)  # model.role_policies: each row through its role's policy
     rows = torch.arange(len(batch))
     trees = share_prefix and batch.tree_ids is not None
     chunks = [
@@ -123,9 +123,9 @@ def forward_no_grad(
     ]
     for rows in chunks:
         mb = batch.select(rows).to(device)
-        with use_adapter(model, micro_batch_role(mb, roles)):
+        with as_role(model, micro_batch_role(mb, roles)) as role_model:
             lp, _, hidden = token_logprobs(
-                model,
+                role_model,
                 mb.input_ids,
                 mb.attention_mask,
                 chunk,
@@ -133,7 +133,7 @@ def forward_no_grad(
                 positions=mb.loss_mask > 0,
                 share_prefix=share_prefix,
                 temperature=temperature,
-                model_inputs=vision_inputs(model, mb.images, device, mb.input_ids),
+                model_inputs=vision_inputs(role_model, mb.images, device, mb.input_ids),
             )
         lps.append(lp * mb.loss_mask)
         if value_head is not None:  # V_t from the state that predicts token t (model/critic.py)
@@ -273,7 +273,7 @@ def update(
         }
         measurable = False  # measured; else: on the first step's own forward passes
     all_rows = _rows_with_gradient(batch, algo, value_head, by_group=share_prefix)
-    roles = role_adapters(model)  # model.role_adapters: a micro-batch per role
+    roles = role_policies(model)  # model.role_policies: a micro-batch per role
     if measurable and on_policy:
         # The one step's own forwards measure the rows it trains; the rows it skips (zero
         # advantage) are scored here, on the same pre-update weights, so the metric covers
@@ -315,9 +315,10 @@ def update(
             )
             for mb, weight in parts:
                 mb = mb.to(device)  # trainer.device (a no-op on the CPU and under fsdp2)
-                with autocast(precision, device), use_adapter(model, micro_batch_role(mb, roles)):
+                role = micro_batch_role(mb, roles)
+                with autocast(precision, device), as_role(model, role) as role_model:
                     out = _micro_batch_loss(
-                        model,
+                        role_model,
                         mb,
                         cfg,
                         counts,
@@ -329,7 +330,7 @@ def update(
                         measure=measure,
                         value_tokens=value_tokens,
                     )
-                if out["loss"].requires_grad:  # (not: rows of a frozen role's adapter)
+                if out["loss"].requires_grad:  # (not: rows of a frozen role's policy)
                     (out["loss"] * weight).backward()
                 for key in sums:
                     sums[key] += float(out[key].detach()) if weight and key in out else 0.0
@@ -390,7 +391,7 @@ def micro_batches(
 ) -> Iterator[tuple[TrainBatch, float]]:
     """The micro-batches of `rows` this process runs, each with the weight of its loss: every
     one of them, weight 1, in a single process; with `dp`, this process's share (fsdp.py).
-    `by_role`: no micro-batch mixes agent roles (`role_parts`; model.role_adapters);
+    `by_role`: no micro-batch mixes agent roles (`role_parts`; model.role_policies);
     `keep_trees` (prefix sharing): a tree's leaves, consecutive in `rows`, are not split over
     micro-batches where they fit in one (`micro_batch_bounds`)."""
     if dp is not None:

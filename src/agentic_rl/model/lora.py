@@ -8,10 +8,10 @@ trainable parameters. Consequences used across the package:
   never a second copy of the weights;
 - checkpoints and weight syncs to a separate generator carry the adapter only
   (`adapter_state`, `save_adapter`): the frozen base is rebuilt from `model.name`;
-- with `model.role_adapters` (multi-agent envs) the one frozen base carries a named adapter per
-  role instead of PEFT's "default" one (`add_role_adapters`); whoever computes for a role
-  activates its adapter (`use_adapter`), and checkpoints hold every role's adapter in PEFT's
-  layout (`adapter_weight_files`).
+- with `model.role_policies=adapters` (multi-agent envs) the one frozen base carries a named
+  adapter per role instead of PEFT's "default" one (`add_role_adapters`); whoever computes for
+  a role activates its adapter (`use_adapter`, through model/roles.py `as_role`), and
+  checkpoints hold every role's adapter in PEFT's layout (`adapter_weight_files`).
 
 peft is imported only when a LoRA model is built; `is_lora` never imports it.
 """
@@ -93,7 +93,7 @@ def add_role_adapters(
     (rollout.train_roles; empty = every role) require gradients, so a frozen role's adapter
     is in no optimizer and never moves. The first role's adapter is left active."""
     if not is_lora(model):
-        raise ValueError("model.role_adapters needs a LoRA policy (model.lora_rank > 0)")
+        raise ValueError("model.role_policies=adapters needs a LoRA policy (model.lora_rank > 0)")
     bad = [r for r in roles if not r.isidentifier() or r == DEFAULT_ADAPTER]
     if not roles or bad:
         raise ValueError(f"role adapters need role names that are identifiers, got {list(roles)}")

@@ -1,12 +1,14 @@
-"""A policy per role while playing (model.role_adapters): each role's conversations are
-decoded with that role's LoRA adapter.
+"""A policy per role while playing (model.role_policies adapters or models): each role's
+conversations are decoded with that role's own policy.
 
 A round of a multi-agent rollout (rollout/memory.py) asks the actor for one reply per live
 episode; the episodes' open roles differ (one team's planner, another's executor). `role_actor`
-groups the round's prompts by role and makes one generate call per role with the role's adapter
-active on the generator's model (the learner's own object, backends/hf.py), so every sampled
-token and behaviour logprob is of the role's own policy. KV the generator kept from another
-adapter is dropped at each switch (it would be another policy's).
+groups the round's prompts by role and makes one generate call per role inside
+`as_role(policy, role)` (model/roles.py) on the generator's model, so every sampled token and
+behaviour logprob is of the role's own policy: with role adapters the role's adapter is active
+on the one shared model (the learner's own object, backends/hf.py), and KV the generator kept
+from another adapter is dropped at each switch (it would be another policy's); with a model per
+role the generator decodes with the role's own model and KV store (backends/roles.py).
 
 Role-specific rewards: an env adds a role's own reward term by reporting it in the step's info
 as `env/<role>_reward` (`role_reward_key`; summed over the episode like every `env/` metric).
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_rl.envs.multiagent import role_reward_key
-from agentic_rl.model.lora import role_adapters, use_adapter
+from agentic_rl.model.roles import RoleModels, as_role, role_policies
 from agentic_rl.rollout.actors import Actor
 from agentic_rl.rollout.episode import Episode
 from agentic_rl.types import Completion, Trajectory
@@ -35,29 +37,34 @@ def add_role_rewards(episodes: list[list[Trajectory]]) -> None:
 
 
 def role_actor(act: Actor, generator: Any) -> Actor:
-    """`act` with each round split by the episodes' roles, one call per role under its adapter;
-    `act` itself when the generator's model has no role adapters."""
+    """`act` with each round split by the episodes' roles, one call per role computing as that
+    role (`as_role`); `act` itself when the generator's model has no role policies."""
     model = getattr(generator, "model", None)
-    roles = role_adapters(model) if model is not None else ()
+    roles = role_policies(model) if model is not None else ()
     if not roles:
         return act
     assert model is not None
+    # Role adapters share one model and its KV store: a switch makes the kept KV another
+    # policy's. Role models each have their own generator and KV (backends/roles.py).
+    shared_kv = not isinstance(model, RoleModels)
 
     def by_role(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
         out: list[Completion | None] = [None] * len(episodes)
         for role in dict.fromkeys(ep.role for ep in episodes):  # in order of first appearance
             if role not in roles:
                 raise ValueError(
-                    f"an episode's open conversation has role {role!r}, which has no adapter "
-                    f"(model.role_adapters: {', '.join(roles)})"
+                    f"an episode's open conversation has role {role!r}, which has no policy of "
+                    f"its own (model.role_policies: {', '.join(roles)})"
                 )
             rows = [i for i, ep in enumerate(episodes) if ep.role == role]
-            with use_adapter(model, role):
-                generator.update_weights(None)  # cached KV is another adapter's
+            with as_role(model, role):
+                if shared_kv:
+                    generator.update_weights(None)  # cached KV is another adapter's
                 replies = act([episodes[i] for i in rows], [budgets[i] for i in rows], turn)
             for i, reply in zip(rows, replies, strict=True):
                 out[i] = reply
-        generator.update_weights(None)
+        if shared_kv:
+            generator.update_weights(None)
         return [reply for reply in out if reply is not None]
 
     return by_role

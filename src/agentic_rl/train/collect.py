@@ -182,7 +182,7 @@ def rollout(
     act = policy_actor(
         setup.generator, setup.fmt, setup.cfg.rollout, seed=seed, tokenizer=setup.tokenizer
     )
-    act = role_actor(act, setup.generator)  # model.role_adapters: each role its own adapter
+    act = role_actor(act, setup.generator)  # model.role_policies: each role its own policy
     progress = min(1.0, (step - 1) / max(setup.cfg.trainer.steps, 1))
     played = Episodes(play(setup, expanded, groups, act, seed, progress, tree=True), expanded)
     keep, counts = drop_infra_failures(

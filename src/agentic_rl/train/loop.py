@@ -37,7 +37,7 @@ from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import Episodes, TrainBatch
 from agentic_rl.learner.update import update as learner_update
 from agentic_rl.logging import RunLogger
-from agentic_rl.model.lora import role_adapters, use_adapter
+from agentic_rl.model.roles import as_role, role_policies
 from agentic_rl.scale.async_rollout import (
     CollectFn,
     check_stale_correction,
@@ -87,16 +87,16 @@ def warm_start(setup: Setup, logger: RunLogger) -> dict[str, float]:
         if step % 10 == 0 or step == total:
             print(f"  warm start step {step}/{total} loss={loss:.3f}", flush=True)
 
-    roles = role_adapters(setup.policy)
+    roles = role_policies(setup.policy)
     if not roles:
         result = warm_start_sft(cfg, setup.policy, demos, setup.tokenizer.pad_token_id, on_step)
-    else:  # model.role_adapters: each role's demonstrations train its own adapter
+    else:  # model.role_policies: each role's demonstrations train its own adapter or model
         result = {}
         for role in roles:
             mine = [d for d in demos if d.role == role and any(d.loss_mask)]
             if mine:  # (a frozen role's demonstrations carry no trained token)
-                with use_adapter(setup.policy, role):
-                    done = warm_start_sft(cfg, setup.policy, mine, setup.tokenizer.pad_token_id)
+                with as_role(setup.policy, role) as model:
+                    done = warm_start_sft(cfg, model, mine, setup.tokenizer.pad_token_id)
                 result.update({f"{role}_{key}": value for key, value in done.items()})
     logger.log(0, {**result, "episodes": float(num_episodes)}, prefix="warm_start")
     return result

@@ -26,6 +26,7 @@ from agentic_rl.learner.update import adamw
 from agentic_rl.model.critic import Critic
 from agentic_rl.model.load import ValueHead, frozen_copy, load_policy
 from agentic_rl.model.lora import add_role_adapters, is_lora, unwrap
+from agentic_rl.model.roles import RoleModels
 from agentic_rl.model.tokens import check_prefix_preserving
 from agentic_rl.scale.ray_generator import RayGenerator
 from agentic_rl.scale.ray_pool import EnvPool
@@ -115,8 +116,10 @@ def build(cfg: Config) -> Setup:
     torch.manual_seed(cfg.trainer.seed)
     device = resolve_device(cfg)  # trainer.device: the reference and critic follow the policy
     policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if cfg.model.role_adapters:  # a policy per role: each role its own adapter (model/lora.py)
+    if cfg.model.role_policies == "adapters":  # each role its own adapter (model/lora.py)
         add_role_adapters(policy, env.roles, cfg.model, cfg.rollout.train_roles)
+    elif cfg.model.role_policies == "models":  # each role a full copy (model/roles.py)
+        policy = RoleModels.copies(policy, env.roles, cfg.rollout.train_roles)
     policy = policy.to(device)  # before the generator: the HF one samples with this object
     check_prefix_preserving(tokenizer)
     setup = Setup(
@@ -130,7 +133,7 @@ def build(cfg: Config) -> Setup:
         device=device,
     )
     if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
-        setup.reference = frozen_copy(policy)
+        setup.reference = frozen_copy(policy)  # role models: each role's reference is its own
     if cfg.distill.teacher:  # on-policy distillation (train/distill.py)
         setup.teacher = load_teacher(cfg, tokenizer, device)
     if ADVANTAGE_ESTIMATORS[cfg.algo.name].needs_value_head:  # the critic (model/critic.py)

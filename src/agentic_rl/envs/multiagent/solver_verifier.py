@@ -18,8 +18,8 @@ added to the verifier's samples' rewards on top of the team's, and acts on their
 with algo.role_groups (each role normalised within its own (task group x role) bucket).
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
-its role, so each role's turns are its own token-native samples; with model.role_adapters each
-role is its own LoRA adapter. A reply that is not its role's action costs `format_penalty`, is
+its role, so each role's turns are its own token-native samples; with model.role_policies
+each role is its own LoRA adapter (adapters) or full model (models). A reply that is not its role's action costs `format_penalty`, is
 counted (`invalid_action`) and answered in the role's next conversation.
 
 The scripted team (`expert_turn`) computes and answers; on `expert_mistakes` of the tasks (by

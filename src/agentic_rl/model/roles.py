@@ -1,0 +1,113 @@
+"""A policy per role (model.role_policies): which roles of a multi-agent env have parameters of
+their own, and computing as one of them.
+
+The three choices (config/rollout.py `ROLE_POLICIES`):
+
+- "shared": one model plays every role, told apart by its role prompt (MATPO); nothing here acts
+  (`role_policies` is empty);
+- "adapters": a LoRA adapter per role on one frozen base (model/lora.py `add_role_adapters`);
+  the roles are the PEFT policy's named adapters and computing as a role activates its adapter;
+- "models": a full copy of the model per role (`RoleModels`, made by `RoleModels.copies`): n
+  roles hold n times the parameters, and the optimizer keeps n sets of moments.
+
+Whoever computes for a role (the generator's role rounds, rollout/roles.py `role_actor`; the
+learner's role-homogeneous micro-batches, learner/update.py; each role's warm start,
+train/loop.py) asks `role_policies(policy)` for the roles and computes inside
+`as_role(policy, role)`, which yields the module to run: the one PEFT policy with that role's
+adapter active, or that role's own model. One seam, so adapters and full models take the same
+code path everywhere above the model layer.
+
+Like a PEFT policy's active adapter, a `RoleModels` records the role being computed
+(`RoleModels.active`): its generator (backends/roles.py `RoleGenerators`) decodes with the
+active role's model, so the rollout's actors need not know which kind of role policy runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NoReturn
+
+from torch import nn
+
+from agentic_rl.model.lora import role_adapters, use_adapter
+
+
+class RoleModels(nn.Module):
+    """model.role_policies=models: each role of a multi-agent env its own full model.
+
+    `models[role]` is a complete transformers model; the container only groups them, so that
+    `parameters()` (the optimizer, the device move), `state_dict()` (checkpoints, the
+    reference's copy) and `train()` / `eval()` cover every role at once. Nothing calls the
+    container's forward: computing goes through `as_role`, which hands out one role's model.
+    `active` is the role computed right now (set by `as_role`), None outside it."""
+
+    def __init__(self, models: Mapping[str, nn.Module]) -> None:
+        super().__init__()
+        bad = [r for r in models if not r.isidentifier()]
+        if not models or bad:
+            raise ValueError(
+                f"role models need role names that are identifiers, got {list(models)}"
+            )
+        self.models = nn.ModuleDict(dict(models))
+        self.active: str | None = None
+
+    @classmethod
+    def copies(
+        cls, model: nn.Module, roles: Sequence[str], trained: Sequence[str] = ()
+    ) -> RoleModels:
+        """A model per role, each a deep copy of `model` (the same initial weights, loaded
+        once). Only the models of `trained` (rollout.train_roles; empty = every role) require
+        gradients: a frozen role's model is in no optimizer and never moves. `model` itself is
+        not used afterwards (the first role's model is a copy too, so no role aliases it)."""
+        models = {role: copy.deepcopy(model) for role in roles}
+        for role, member in models.items():
+            for param in member.parameters():
+                param.requires_grad_(not trained or role in trained)
+        return cls(models)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.models)
+
+    def forward(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            "RoleModels holds a model per role (model.role_policies=models): compute with "
+            "`as_role(policy, role)`, which yields the role's own model"
+        )
+
+
+def role_policies(model: nn.Module) -> tuple[str, ...]:
+    """The roles with a policy of their own in `model`: a `RoleModels`' roles, a PEFT policy's
+    role adapters (also on its unwrapped base, the HF generator's model); () for a model every
+    role shares."""
+    if isinstance(model, RoleModels):
+        return model.roles
+    return role_adapters(model)
+
+
+@contextlib.contextmanager
+def as_role(model: nn.Module, role: str | None) -> Iterator[nn.Module]:
+    """Compute as `role`: yields the module whose forward passes are that role's policy, and
+    restores the role active before on exit.
+
+    A `RoleModels`: the role's own model (recorded as `active` for its generator). A PEFT
+    policy with role adapters: `model` itself with the role's adapter active (`use_adapter`).
+    `role` None: `model` unchanged (a model every role shares, or a sample without a role);
+    a `RoleModels` has no such policy and refuses it."""
+    if not isinstance(model, RoleModels):
+        with use_adapter(model, role):
+            yield model
+        return
+    if role is None or role not in model.models:
+        raise ValueError(
+            f"no model for role {role!r} in the policy (model.role_policies=models; its roles: "
+            f"{', '.join(model.roles)})"
+        )
+    before = model.active
+    model.active = role
+    try:
+        yield model.models[role]
+    finally:
+        model.active = before
