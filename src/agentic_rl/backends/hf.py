@@ -19,6 +19,7 @@ from torch import nn
 
 from agentic_rl.backends.compiled import CompiledDecoder, StaticKV, choose_compiled_decode
 from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_step
+from agentic_rl.backends.kv_store import KVStore, load_past, row_kv
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.backends.streams import row_keys, stream_key, uniforms
 from agentic_rl.config.validate_engines import COMPILED_DECODE
@@ -173,7 +174,7 @@ class HFGenerator:
     actor seeds each episode's turn: rollout/episode.py `turn_seed`). Unseeded rows get fresh
     keys, never the global torch RNG. The next-turn KV is kept per episode, keyed and verified
     by the tokens it was computed on, so an episode that comes back in another call reuses it
-    (`_fit_store` bounds the store).
+    (backends/kv_store.py bounds the store).
 
     Images (a vision-language model, model/vision.py): `generate(..., images=)` gives each
     prompt's images in the order of its placeholder tokens; their pixel values go into the
@@ -244,28 +245,25 @@ class HFGenerator:
         self.calls = 0  # generate() calls, for tests that count work
         self.prompt_tokens = 0  # prompt tokens run through the model (after reuse)
         self.reused_tokens = 0  # prompt tokens whose KV came from an earlier turn
-        # Multi-turn contexts only grow, so a turn's KV is kept for the episode's next call,
-        # keyed by the tokens it was computed on (oldest first); it is dropped whenever the
-        # weights change (`update_weights`) because it would be stale. `_kv_rows`: the most
-        # rows one call has had, the store's bound.
+        # Multi-turn contexts only grow, so a turn's KV is kept for the episode's next call
+        # (backends/kv_store.py); it is dropped whenever the weights change (`update_weights`)
+        # because it would be stale.
         self.prefix_cache = prefix_cache and _layered_cache_available()
-        self._kv_store: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._kv_images: dict[tuple[int, ...], tuple[str, ...]] = {}  # stored KV's pictures
-        self._kv_rows = 0
+        self._kv_store = KVStore()
         self._kv_weights = self._weights_version()
 
     def sleep(self) -> None:
         """The learner's turn (`release_for_update`): drop the KV kept for the next turn of the
         step's episodes. An update makes it stale anyway, and it is as large as the step's
         contexts (16 episodes x 512 tokens: ~0.4 GB for the bundled model in float32)."""
-        self._clear_store()
+        self._kv_store.clear()
 
     def update_weights(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
         """Take new weights (a state dict, or None when the model object is shared with the
         learner and already updated in place). Either way cached KV is now stale, and so is the
         bf16 copy: it is re-cast at the next forward even if no version counter moved (an
         in-place write through `.data` or a fused kernel does not move them)."""
-        self._clear_store()
+        self._kv_store.clear()
         self._bf16_version = -1
         if state is not None:
             self.model.load_state_dict(dict(state), strict=False)
@@ -282,7 +280,7 @@ class HFGenerator:
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         if images is not None and len(images) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists")
-        self._kv_rows = max(self._kv_rows, len(prompts))  # the store's bound (`_fit_store`)
+        self._kv_store.note_rows(len(prompts))  # the store's bound (`KVStore.fit`)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
@@ -304,7 +302,7 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         if self._weights_version() != self._kv_weights:  # weights changed in place: stale KV
-            self._clear_store()
+            self._kv_store.clear()
         # Each row's own random stream (backends/streams.py): its tokens do not depend on the
         # other rows of the call. Unseeded rows get fresh keys (never the global torch RNG).
         fresh = secrets.randbits(63)
@@ -329,8 +327,8 @@ class HFGenerator:
             cache, attn, positions, logits = self._prefill([k[0] for k in unique], rows)
         # The stored KV this call continues has been read and dropped (`_prefill`); the
         # entries of episodes that sat this call out are kept while they and this call's rows
-        # number at most the widest call's (`_fit_store`).
-        self._fit_store(n)
+        # number at most the widest call's (`KVStore.fit`).
+        self._kv_store.fit(n)
         expand = torch.tensor(row_of, device=attn.device)
         cache.batch_select_indices(expand)
         attn, logits = attn[expand], logits[expand]
@@ -385,10 +383,9 @@ class HFGenerator:
                 if self.prefix_cache and reasons[seq] != "eos":
                     # The next turn of this episode starts with these tokens: keep their KV.
                     fed = tuple(prompts[seq]) + tuple(tokens[seq][:-1])
-                    self._kv_store.pop(fed, None)  # re-stored last: the newest entry
-                    self._kv_store[fed] = self._row_kv(cache, attn, r)
-                    if images is not None:  # ... and the pictures their KV has seen
-                        self._kv_images[fed] = tuple(ref.sha256 for ref in images[seq])
+                    # ... and the pictures their KV has seen
+                    seen = tuple(r.sha256 for r in images[seq]) if images is not None else None
+                    self._kv_store.put(fed, row_kv(cache, attn, r), seen)
             if not keep:
                 break
             if len(keep) < len(alive):  # finished sequences leave the batch
@@ -414,42 +411,10 @@ class HFGenerator:
             for i in range(n)
         ]
 
-    def _clear_store(self) -> None:
-        self._kv_store, self._kv_images = {}, {}
-
-    def _drop(self, fed: tuple[int, ...]) -> None:
-        self._kv_store.pop(fed, None)
-        self._kv_images.pop(fed, None)
-
-    def _fit_store(self, running: int) -> None:
-        """Drop the oldest stored entries until they and the `running` rows of the call being
-        decoded are at most `_kv_rows`, the most rows one `generate` call has had (a rollout's
-        episodes). With rollout.env_workers > 0 an episode waiting on its env step keeps its
-        KV for its next turn, in whatever call that comes (the KV a lockstep call would hold
-        for it). The entry of an episode that ended stays until rows are short or the weights
-        change (`sleep` before each update): a rollout's KV stays within what its widest call
-        holds at the episodes' current lengths."""
-        surplus = len(self._kv_store) + running - self._kv_rows
-        for fed in list(self._kv_store)[: max(surplus, 0)]:  # oldest first
-            self._drop(fed)
-
     def _weights_version(self) -> int:
         """Sum of the parameters' in-place version counters: any optimiser step or weight load
         changes it, so KV computed under older weights is never reused."""
         return sum(p._version for p in self.model.parameters())
-
-    def _lookup(
-        self, prompt: tuple[int, ...], pictures: tuple[str, ...] = ()
-    ) -> tuple[int, list | None]:
-        """The longest stored sequence that is a proper prefix of `prompt`, and its KV; its
-        pictures (hashes) must be the first of the prompt's `pictures`."""
-        best: tuple[int, list | None] = (0, None)
-        for fed, kv in self._kv_store.items():
-            if best[0] < len(fed) < len(prompt) and prompt[: len(fed)] == fed:
-                seen = self._kv_images.get(fed, ())
-                if pictures[: len(seen)] == seen:
-                    best = (len(fed), kv)
-        return best
 
     def _prefill(
         self,
@@ -470,7 +435,7 @@ class HFGenerator:
         device = next(self.model.parameters()).device
         pictures = [tuple(r.sha256 for r in refs) for refs in images or [()] * len(prompts)]
         found = [
-            self._lookup(p, seen) if self.prefix_cache else (0, None)
+            self._kv_store.lookup(p, seen) if self.prefix_cache else (0, None)
             for p, seen in zip(prompts, pictures, strict=True)
         ]
         cached = [length for length, _ in found]
@@ -480,7 +445,7 @@ class HFGenerator:
         u, past, width = len(prompts), max(cached), max(len(s) for s in suffixes)
         cache = DynamicCache()
         if past:
-            self._load_past(cache, found, past, device)
+            load_past(cache, found, past, device)
         ids = torch.full((u, width), self.pad_token_id, dtype=torch.long, device=device)
         attn = torch.zeros((u, past + width), dtype=torch.long, device=device)
         positions = torch.zeros((u, width), dtype=torch.long, device=device)
@@ -499,39 +464,15 @@ class HFGenerator:
                 following[i, 0] = whole.max() + 1
         if images:  # the pictures whose placeholders are in the new suffixes
             new = [
-                refs[len(self._kv_images.get(p[:length], ())) if length else 0 :]
+                refs[len(self._kv_store.pictures(p[:length])) if length else 0 :]
                 for p, refs, (length, _) in zip(prompts, images, found, strict=True)
             ]
             extra = vision_inputs(self._compute_model(), new, device, ids, with_positions=False)
         for prompt, length in zip(prompts, cached, strict=True):
             if length:  # continued now: the episode's next entry replaces it at the call's end
-                self._drop(prompt[:length])
+                self._kv_store.drop(prompt[:length])
         out = self._forward(ids, attn, positions, cache, extra)
         return cache, attn, following, out.logits[:, -1, :].float()
-
-    @staticmethod
-    def _load_past(cache: Any, found: list, past: int, device: torch.device) -> None:
-        """Left-pad each row's stored KV to `past` positions and load them into `cache`."""
-        template = next(kv for _, kv in found if kv is not None)
-        for layer, (k0, v0) in enumerate(template):
-            keys = k0.new_zeros((len(found), k0.shape[0], past, k0.shape[-1]))
-            values = v0.new_zeros((len(found), v0.shape[0], past, v0.shape[-1]))
-            for i, (length, kv) in enumerate(found):
-                if kv is not None:
-                    keys[i, :, past - length :] = kv[layer][0]
-                    values[i, :, past - length :] = kv[layer][1]
-            cache.update(keys.to(device), values.to(device), layer)
-
-    @staticmethod
-    def _row_kv(
-        cache: Any, attn: torch.Tensor, row: int
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The KV of one live row at its unmasked positions, copied out of the batch cache."""
-        valid = attn[row].bool()
-        return [
-            (layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone())
-            for layer in cache.layers
-        ]
 
     def _static_decoder(self) -> CompiledDecoder | None:
         """The compiled decoding step for the current compute model, chosen once per compute
