@@ -19,7 +19,7 @@ from torch import nn
 
 from agentic_rl.backends.compiled import CompiledDecoder, StaticKV, choose_compiled_decode
 from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_step
-from agentic_rl.backends.kv_store import KVStore, load_past, row_kv
+from agentic_rl.backends.kv_store import Hit, KVStore, load_past, row_kv
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.backends.streams import row_keys, stream_key, uniforms
 from agentic_rl.config.validate_engines import COMPILED_DECODE
@@ -172,9 +172,10 @@ class HFGenerator:
     gives the uniform number of each sampled position, so a row's tokens depend on its own
     logits and key only, never on the other rows of the call or their order (the rollout
     actor seeds each episode's turn: rollout/episode.py `turn_seed`). Unseeded rows get fresh
-    keys, never the global torch RNG. The next-turn KV is kept per episode, keyed and verified
-    by the tokens it was computed on, so an episode that comes back in another call reuses it
-    (backends/kv_store.py bounds the store).
+    keys, never the global torch RNG. The KV of each finished row is kept, keyed and verified
+    by the tokens it was computed on, so an episode that comes back in another call reuses it,
+    and a prompt that shares a prefix with a kept row (a tree branch and its parent) reuses the
+    KV of that prefix (backends/kv_store.py; `kv_rows` widens its bound).
 
     Images (a vision-language model, model/vision.py): `generate(..., images=)` gives each
     prompt's images in the order of its placeholder tokens; their pixel values go into the
@@ -199,6 +200,7 @@ class HFGenerator:
         packed_weights: bool = True,
         choose_fast_paths: bool = True,
         compiled_decode: str = "never",
+        kv_rows: int = 0,
     ) -> None:
         self.model = model
         register_if_used(model)  # e.g. a model unpickled in a Ray actor
@@ -244,12 +246,16 @@ class HFGenerator:
         self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
         self.calls = 0  # generate() calls, for tests that count work
         self.prompt_tokens = 0  # prompt tokens run through the model (after reuse)
-        self.reused_tokens = 0  # prompt tokens whose KV came from an earlier turn
+        self.reused_tokens = 0  # prompt tokens whose KV was kept from an earlier call
         # Multi-turn contexts only grow, so a turn's KV is kept for the episode's next call
         # (backends/kv_store.py); it is dropped whenever the weights change (`update_weights`)
-        # because it would be stale.
+        # because it would be stale. It keeps at most max(kv_rows, the widest call's rows)
+        # rows' KV: `kv_rows` for callers whose calls are narrower than their episodes (a tree
+        # rollout's rounds), so a parent's KV is still there for its branches.
+        if kv_rows < 0:
+            raise ValueError(f"kv_rows: {kv_rows} is below 0")
         self.prefix_cache = prefix_cache and _layered_cache_available()
-        self._kv_store = KVStore()
+        self._kv_store = KVStore(kv_rows)
         self._kv_weights = self._weights_version()
 
     def sleep(self) -> None:
@@ -380,8 +386,10 @@ class HFGenerator:
                 else:
                     keep.append(r)
                     continue
-                if self.prefix_cache and reasons[seq] != "eos":
-                    # The next turn of this episode starts with these tokens: keep their KV.
+                if self.prefix_cache:
+                    # The next turn of this episode, or a branch of it (a tree rollout), starts
+                    # with these tokens: keep their KV (after an end of sequence too: a tree's
+                    # later round branches from its turn boundaries).
                     fed = tuple(prompts[seq]) + tuple(tokens[seq][:-1])
                     # ... and the pictures their KV has seen
                     seen = tuple(r.sha256 for r in images[seq]) if images is not None else None
@@ -421,7 +429,9 @@ class HFGenerator:
         prompts: list[tuple[int, ...]],
         images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the prompts through the model, reusing stored KV of earlier turns.
+        """Run the prompts through the model, reusing the stored KV of the longest prefix each
+        shares with an earlier call's row (backends/kv_store.py: an earlier turn of its
+        episode, or a tree branch's parent).
 
         Row layout (columns of the attention mask): [pad][cached prefix][pad][new suffix]; pads
         are masked out and position ids are explicit, so rows of any cached / new length batch
@@ -434,18 +444,19 @@ class HFGenerator:
 
         device = next(self.model.parameters()).device
         pictures = [tuple(r.sha256 for r in refs) for refs in images or [()] * len(prompts)]
-        found = [
-            self._kv_store.lookup(p, seen) if self.prefix_cache else (0, None)
-            for p, seen in zip(prompts, pictures, strict=True)
-        ]
-        cached = [length for length, _ in found]
-        suffixes = [p[length:] for p, (length, _) in zip(prompts, found, strict=True)]
+        # The KV each prompt shares with a stored entry; the entries these rows continue are
+        # dropped (their own KV replaces them at the call's end).
+        hits = (
+            self._kv_store.take(prompts, pictures) if self.prefix_cache else [Hit()] * len(prompts)
+        )
+        cached = [hit.length for hit in hits]
+        suffixes = [p[length:] for p, length in zip(prompts, cached, strict=True)]
         self.prompt_tokens += sum(len(s) for s in suffixes)
         self.reused_tokens += sum(cached)
         u, past, width = len(prompts), max(cached), max(len(s) for s in suffixes)
         cache = DynamicCache()
         if past:
-            load_past(cache, found, past, device)
+            load_past(cache, hits, past, device)
         ids = torch.full((u, width), self.pad_token_id, dtype=torch.long, device=device)
         attn = torch.zeros((u, past + width), dtype=torch.long, device=device)
         positions = torch.zeros((u, width), dtype=torch.long, device=device)
@@ -463,14 +474,8 @@ class HFGenerator:
                 positions[:, i, width - (len(prompt) - length) :] = whole[:, length:]
                 following[i, 0] = whole.max() + 1
         if images:  # the pictures whose placeholders are in the new suffixes
-            new = [
-                refs[len(self._kv_store.pictures(p[:length])) if length else 0 :]
-                for p, refs, (length, _) in zip(prompts, images, found, strict=True)
-            ]
+            new = [refs[hit.pictures :] for refs, hit in zip(images, hits, strict=True)]
             extra = vision_inputs(self._compute_model(), new, device, ids, with_positions=False)
-        for prompt, length in zip(prompts, cached, strict=True):
-            if length:  # continued now: the episode's next entry replaces it at the call's end
-                self._kv_store.drop(prompt[:length])
         out = self._forward(ids, attn, positions, cache, extra)
         return cache, attn, following, out.logits[:, -1, :].float()
 
