@@ -57,11 +57,12 @@ class RoleModels(nn.Module):
     def copies(
         cls, model: nn.Module, roles: Sequence[str], trained: Sequence[str] = ()
     ) -> RoleModels:
-        """A model per role, each a deep copy of `model` (the same initial weights, loaded
-        once). Only the models of `trained` (rollout.train_roles; empty = every role) require
-        gradients: a frozen role's model is in no optimizer and never moves. `model` itself is
-        not used afterwards (the first role's model is a copy too, so no role aliases it)."""
-        models = {role: copy.deepcopy(model) for role in roles}
+        """A model per role with the same initial weights, loaded once: `model` itself becomes
+        the first role's, every other role gets a deep copy of it (n - 1 copies: no moment
+        with n + 1 models in memory). Only the models of `trained` (rollout.train_roles;
+        empty = every role) require gradients: a frozen role's model is in no optimizer and
+        never moves."""
+        models = {role: model if k == 0 else copy.deepcopy(model) for k, role in enumerate(roles)}
         for role, member in models.items():
             for param in member.parameters():
                 param.requires_grad_(not trained or role in trained)
