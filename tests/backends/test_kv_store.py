@@ -179,3 +179,15 @@ def test_kv_rows_keeps_a_parent_through_narrower_calls(tiny, tokenizer):
         assert len(gen._kv_store) <= max(kv_rows, 3)
     with pytest.raises(ValueError, match="kv_rows"):
         HFGenerator(tiny, tokenizer, kv_rows=-1)
+
+
+def test_a_tree_rollouts_generator_keeps_room_for_its_episodes():
+    from agentic_rl.backends.base import make_generator
+    from agentic_rl.config.load import load_config
+    from agentic_rl.model.load import load_policy
+
+    tree = ["rollout.tree.roots=2", "rollout.tree.expansions=3", "rollout.group_size=8"]
+    for overrides, rows in (([], 0), (tree, 2 * 8)):
+        cfg = load_config(None, ["model.name=tiny", "rollout.tasks_per_step=2", *overrides])
+        policy, tok = load_policy(cfg.model)
+        assert make_generator(cfg, policy, tok)._kv_store.rows == rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -211,10 +212,28 @@ def test_tree_grpo_flags():
     assert x.tree_groups and x.needs_groups and not x.per_episode
 
 
+def prefill_of(leaves: list, branch_start: Callable[[int], int]) -> int:
+    """Prompt tokens the HF generator prefills for these leaves: each distinct task prompt
+    whole (the roots' first call); each later turn its last sampled token and the observation
+    (the KV of the rest is the episode's own row's, kept); each distinct branch prompt (a
+    round's first call for it) `branch_start(its length)`."""
+    roots: set[tuple[int, ...]] = set()
+    branches: set[tuple[int, ...]] = set()
+    total = 0
+    for leaf in leaves:
+        spans, first = leaf.turn_spans, leaf.tree.shared_turns
+        start = leaf.token_ids[: spans[first][0]]
+        (branches if leaf.tree.parent >= 0 else roots).add(tuple(start))
+        total += sum(spans[t][0] - (spans[t - 1][1] - 1) for t in range(first + 1, len(spans)))
+    return total + sum(map(len, roots)) + sum(branch_start(len(p)) for p in branches)
+
+
 def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
     """The real loop on the tiny model (it never writes a tag: every turn is an invalid action,
     an error observation and another turn, so every root has inner nodes). Counted: tokens
-    decoded, prompt tokens prefilled and reused, against independent episodes."""
+    decoded, prompt tokens prefilled and reused, against independent episodes; the tree's
+    branches reuse their parents' KV (the generator's store keeps room for the rollout's
+    episodes, `kv_rows`), and sample what a generator without any kept KV samples."""
     tasks = make_calculator_tasks("train", 2, seed=0)
     cfg = tree_cfg(max_turns=3, max_tokens_per_turn=5, max_total_tokens=400)
     g = 6
@@ -222,11 +241,12 @@ def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
     groups = [f"0:{t.task_id}" for t in expanded]
     fmt = TagFormat(CalculatorEnv().tools)
     work = {}
-    for mode in ("tree", "independent"):
-        gen = HFGenerator(tiny, tokenizer, max_batch_size=64)
+    for mode in ("tree", "independent", "tree without kept KV"):
+        cache = mode != "tree without kept KV"
+        gen = HFGenerator(tiny, tokenizer, max_batch_size=64, prefix_cache=cache, kv_rows=2 * g)
         act = policy_actor(gen, fmt, cfg, seed=1)
         envs = [CalculatorEnv() for _ in expanded]
-        if mode == "tree":
+        if mode != "independent":
             samples = run_tree_episodes(envs, expanded, groups, act, fmt, tokenizer, cfg, 0)
             leaves = [s for ep in samples for s in ep]
         else:
@@ -239,11 +259,17 @@ def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
     # roots decode 3 turns, a branch after k shared turns 3 - k (k in {1, 2} here)
     expected = sum(5 * (3 - x.tree.shared_turns) for x in leaves)
     assert tree_decoded == expected < flat_decoded
-    # A branch's prefix is prefilled once per distinct node in its round (the generator's KV of
-    # earlier calls is not kept across rounds): the round's first call prefills exactly the
-    # distinct branch prompts of its first turn, on top of the roots' incremental prefills.
-    assert tree_prefill > 0 and flat_prefill > 0
+    # A branch's first prompt is its parent's tokens up to the node: all but its last token
+    # come from the parent's kept KV. Before, each distinct branch prompt was prefilled whole.
+    assert tree_prefill == prefill_of(leaves, lambda n: 1)
+    assert tree_prefill < prefill_of(leaves, lambda n: n)
+    assert flat_prefill > 0
     assert distinct_trajectories(leaves) == 12
+    # Exact: the same leaves as prefilling every prompt from scratch (seeded per row).
+    _, _, fresh = work["tree without kept KV"]
+    for a, b in zip(leaves, fresh, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 def test_a_training_step_on_trees_with_tree_grpo():
