@@ -41,6 +41,7 @@ def serve_policy(
     import uvicorn
 
     from agentic_rl.config.load import load_config
+    from agentic_rl.config.parse import ConfigError
     from agentic_rl.serving.batching import ServeLimits
     from agentic_rl.serving.policy_server import PolicyService, create_app
     from agentic_rl.tools.http_guard import require_token
@@ -48,6 +49,11 @@ def serve_policy(
 
     token = require_token(host, token, "serve-policy")  # before building the model
     cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
+    if cfg.model.role_policies != "shared":  # its requests carry no role to compute as
+        raise ConfigError(
+            f"serve-policy serves one policy: model.role_policies={cfg.model.role_policies} "
+            "gives each role its own; use model.role_policies=shared"
+        )
     setup = build(cfg)
     context = getattr(setup.policy.config, "max_position_embeddings", 2048)
     export = (
