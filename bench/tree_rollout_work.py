@@ -5,8 +5,10 @@ B = 2 calculator tasks x G = 6 episodes, 3 turns of 5 sampled tokens each (the r
 model never writes a tag: every turn is an invalid action, an error observation and another
 turn). Tree arm: rollout.tree roots=2, expansions=2, iterations=1 (2 x (1 + 2) = 6 leaves).
 Counted per arm: tokens decoded (a branch's copied prefix counts once, for its parent), prompt
-tokens prefilled by the HF generator and prompt tokens whose KV it reused from its previous
-call, generate calls, and the tokens of all samples together. Then the learner's forward over
+tokens prefilled by the HF generator and prompt tokens whose KV it reused from rows it kept
+(an episode's earlier turn; a branch's parent, up to the branch point: backends/kv_store.py,
+with room for the 12 episodes as `make_generator` gives a tree rollout), generate calls, and
+the tokens of all samples together. Then the learner's forward over
 the samples, in the micro-batches its no-grad passes form with model.share_prefix
 (learner/update.py: a tree's leaves together, `tree_order`, `micro_batch_bounds`): the tokens
 the backbone's linear layers see as plain padded rows, packed with each group's prompt once
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     fmt = TagFormat(CalculatorEnv().tools)
     arms = {}
     for arm in ("tree", "independent"):
-        gen = HFGenerator(model, tokenizer, max_batch_size=64)
+        gen = HFGenerator(model, tokenizer, max_batch_size=64, kv_rows=len(expanded))
         act = policy_actor(gen, fmt, cfg, seed=1)
         envs = [CalculatorEnv() for _ in expanded]
         if arm == "tree":

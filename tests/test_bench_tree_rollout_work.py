@@ -53,6 +53,8 @@ def test_the_bench_on_the_tiny_model(tmp_path) -> None:
     assert tree["learner_tokens_trie_packed"] < tree["learner_tokens_prompt_packed"]
     assert tree["learner_tokens_prompt_packed"] < tree["learner_tokens_plain"]
     assert tree["decoded_tokens"] < independent["decoded_tokens"]
+    # a branch's prompt comes from its parent's kept KV: the trees prefill less, not more
+    assert tree["prefill_tokens"] < independent["prefill_tokens"]
 
 
 def test_each_shared_token_is_forwarded_once_per_micro_batch() -> None:
