@@ -18,7 +18,9 @@ credited changes:
                 (ARPO's scripts: 16 leaves from 8 initial rollouts, the same half)
 
 Each step logs `decoded_tokens` (tokens the generator sampled: a branch's copied prefix counts
-once, for its parent) and `distinct_trajectories`. Every arm runs `--steps` RL steps (each 2
+once, for its parent), `distinct_trajectories` and `reused_prompt_tokens` (prompt tokens whose
+KV the generator had kept, so did not prefill: an episode's earlier turns, a branch's prefix
+from its parent). Every arm runs `--steps` RL steps (each 2
 optimizer steps), evaluating on the held-out tasks every `--eval-every` steps; time limits are
 off, so a loaded machine changes the time, not the result. Each run is a separate
 `agentic-rl train` process.
@@ -30,7 +32,7 @@ off, so a loaded machine changes the time, not the result. Each run is a separat
 Writes bench/results/tree_rollouts.json (--smoke: tree_rollouts_smoke.json; per arm and seed: per-step train metrics, held-out
 evaluations) and prints a markdown table of the means over seeds: held-out success after RL,
 its change from the evaluation before RL per million decoded tokens, decoded tokens per step,
-distinct trajectories per step.
+prompt tokens reused per step, distinct trajectories per step.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ TRAIN_KEYS = (
     "reward",
     "success",
     "decoded_tokens",
+    "reused_prompt_tokens",
     "distinct_trajectories",
     "zero_variance_groups",
     "step_seconds",
@@ -79,7 +82,8 @@ def mean_of(values: list[float]) -> float | None:
 
 def summary(run: dict[str, Any]) -> dict[str, float | None]:
     """Held-out success after RL, its change from the last evaluation before RL per million
-    decoded tokens, and the per-step means of decoded tokens and distinct trajectories."""
+    decoded tokens, and the per-step means of decoded tokens, reused prompt tokens and
+    distinct trajectories."""
     before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
     after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
     steps = run["train"]
@@ -89,6 +93,9 @@ def summary(run: dict[str, Any]) -> dict[str, float | None]:
         "success": after[-1] if after else None,
         "gain_per_m_tokens": gain / millions if gain is not None and millions else None,
         "decoded_per_step": mean_of([r["decoded_tokens"] for r in steps if "decoded_tokens" in r]),
+        "reused_per_step": mean_of(
+            [r["reused_prompt_tokens"] for r in steps if "reused_prompt_tokens" in r]
+        ),
         "distinct_per_step": mean_of(
             [r["distinct_trajectories"] for r in steps if "distinct_trajectories" in r]
         ),
@@ -98,12 +105,19 @@ def summary(run: dict[str, Any]) -> dict[str, float | None]:
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| arm | held-out success after RL | success gain per 1M decoded tokens "
-        "| decoded tokens / step | distinct trajectories / step (of 16) |",
-        "|---|---|---|---|---|",
+        "| decoded tokens / step | prompt tokens reused (KV kept) / step "
+        "| distinct trajectories / step (of 16) |",
+        "|---|---|---|---|---|---|",
     ]
     for arm, seeds in results.items():
         rows = [summary(run) for run in seeds.values()]
-        keys = ("success", "gain_per_m_tokens", "decoded_per_step", "distinct_per_step")
+        keys = (
+            "success",
+            "gain_per_m_tokens",
+            "decoded_per_step",
+            "reused_per_step",
+            "distinct_per_step",
+        )
         lines.append(f"| {arm} | " + " | ".join(seed_mean(rows, k) for k in keys) + " |")
     return "\n".join(lines)
 

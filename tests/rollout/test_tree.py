@@ -274,7 +274,8 @@ def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
 
 def test_a_training_step_on_trees_with_tree_grpo():
     """The trainer's path: collect plays trees (rollout.tree), the batch carries tree ids,
-    tree_grpo's advantages train, the step logs decoded tokens and distinct trajectories."""
+    tree_grpo's advantages train, the step logs decoded tokens, distinct trajectories and the
+    prompt tokens whose KV the generator reused."""
     from agentic_rl.config.load import load_config
     from agentic_rl.train.loop import train_step
     from agentic_rl.train.setup import build, make_optimizer
@@ -295,11 +296,14 @@ def test_a_training_step_on_trees_with_tree_grpo():
         smoke=True,
     )
     setup = build(cfg)
+    before = setup.generator.reused_tokens
     metrics = train_step(setup, make_optimizer(setup), step=1)
     assert metrics["skipped_update"] == 0.0
     # 2 tasks x 6 leaves; the roots decode every turn, a branch only its own turns
     assert 0 < metrics["decoded_tokens"] < 12 * 3 * 6
     assert 1 <= metrics["distinct_trajectories"] <= 12
+    # the prompt tokens the generator did not prefill (later turns, branches from parents)
+    assert metrics["reused_prompt_tokens"] == setup.generator.reused_tokens - before > 0
 
 
 def test_tree_grpo_entry_is_inter_plus_intra_on_its_inputs():

@@ -44,6 +44,7 @@ def test_the_smoke_bench_runs_the_entropy_arm_on_the_tiny_model(tmp_path):
         # 2 tasks x 8 episodes of at most 2 turns x 8 tokens
         assert 0 < step["decoded_tokens"] <= 2 * 8 * 2 * 8
         assert 1 <= step["distinct_trajectories"] <= 16
+        assert step["reused_prompt_tokens"] > 0  # second turns continue their first's KV
         assert [e["split"] for e in results[arm]["0"]["eval"]][-1] == "eval"
     assert bench.main(argv) == results  # resumed: nothing left to run
     assert "| arpo |" in bench.table(results)

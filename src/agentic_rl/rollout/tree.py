@@ -21,9 +21,13 @@ boundary while the parent was played. Each round samples with its own seeds (the
 index is turn + round x max_turns), so a branch is not its parent's continuation re-drawn.
 
 The generator is asked for the continuation of the whole shared prefix; branches of one node in
-one round are one prompt to it (the HF generator prefills identical prompts once), and its KV of
-earlier calls is not kept across rounds, so a branch's prefix is prefilled once per round
-(bench/tree_rollouts.py measures the prefill and decoded tokens).
+one round are one prompt to it (the HF generator prefills identical prompts once). The HF
+generator keeps the KV of each finished row across calls and reuses the longest prefix a prompt
+shares with one, cut to that length (backends/kv_store.py), so a branch's prompt, its parent's
+tokens up to the node, is prefilled in one token: the rest is its parent's KV, kept from the
+parent's last turn while the tree is played (backends/base.py gives a tree rollout's store room
+for its B x G episodes). bench/tree_rollout_work.py counts the prefill and decoded tokens;
+bench/tree_rollouts.py logs decoded and reused prompt tokens per step.
 
 ARPO (Dong et al. 2025, arXiv 2507.19849; rollout.tree.branch=entropy) grows the trees while
 they are played, with the same branch machinery (exact prefix copy, replay or fork):

@@ -209,6 +209,7 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
     kept, generated = Episodes(), Episodes()
     per_batch: list[dict[str, float]] = []  # shaping / filter metrics of each rollout batch
     infra: dict[str, float] = {"infra_dropped": 0.0, "infra_retried": 0.0}
+    reused_before = getattr(setup.generator, "reused_tokens", None)  # the HF and vLLM engines
     gen = 0
     while gen < (f.max_gen_batches if f.dynamic_sampling else 1) and remaining:
         chosen = rng.sample(remaining, min(want, len(remaining)))
@@ -268,6 +269,8 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
             **infra,
         }
     )
+    if reused_before is not None:  # prompt tokens whose KV the generator had kept: not prefilled
+        metrics["reused_prompt_tokens"] = float(setup.generator.reused_tokens - reused_before)
     return kept, generated, metrics
 
 
