@@ -6,7 +6,9 @@ verifier's samples are credited by its own verdicts while the solver's (a consta
 in the group) get none, one update then moves the verifier's adapter and leaves the solver's
 and the base bit-identical; under MATPO's rule (algo.role_groups=false) the verifier's term
 does not reach the advantages. With a full model per role the same update moves the verifier's
-model only, and a run resumed from a checkpoint ends bit-identical to an uninterrupted one."""
+model only, the warm start trains each role's model on that role's demonstrations (a frozen
+role's not at all), and a run resumed from a checkpoint ends bit-identical to an uninterrupted
+one."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from agentic_rl.config.load import load_config
 from agentic_rl.logging import read_metrics
 from agentic_rl.model.lora import adapter_parameters, role_adapters
 from agentic_rl.model.roles import role_policies
+from agentic_rl.train import loop
 from agentic_rl.train.batch import prepare_batch
 from agentic_rl.train.collect import collect
-from agentic_rl.train.loop import train, update_policy
+from agentic_rl.train.loop import train, update_policy, warm_start
 from agentic_rl.train.setup import build, make_optimizer
 
 SMOKE = ["model.name=tiny", "trainer.progress=false"]
@@ -89,6 +92,43 @@ def test_with_a_model_per_role_the_update_moves_only_the_verifiers_model(scripte
     kept, _, _ = collect(setup, 1)
     before = {n: p.detach().clone() for n, p in setup.policy.named_parameters()}
     update_policy(setup, make_optimizer(setup), kept)
+    moved = {n for n, p in setup.policy.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all(n.startswith("models.verifier.") for n in moved)
+
+
+class NoLog:
+    def log(self, *args, **kwargs):
+        pass
+
+
+def test_with_a_model_per_role_the_warm_start_trains_each_roles_model_on_its_own_demos(monkeypatch):
+    calls = []
+
+    def recording(cfg, model, demos, *args, **kwargs):
+        calls.append((model, {d.role for d in demos}))
+        return real(cfg, model, demos, *args, **kwargs)
+
+    real = loop.warm_start_sft
+    monkeypatch.setattr(loop, "warm_start_sft", recording)
+    setup = build(load_config("solver_verifier", [*SMOKE, *MODELS, "warm_start.num_tasks=8"]))
+    before = {n: p.detach().clone() for n, p in setup.policy.named_parameters()}
+    warm_start(setup, NoLog())
+    models = setup.policy.models
+    assert [(m, r) for m, r in calls] == [
+        (models["solver"], {"solver"}),
+        (models["verifier"], {"verifier"}),
+    ]
+    for role in ("solver", "verifier"):
+        mine = [n for n in before if n.startswith(f"models.{role}.")]
+        named = dict(setup.policy.named_parameters())
+        assert any(not torch.equal(named[n], before[n]) for n in mine), role
+
+    calls.clear()  # a frozen role: its demonstrations carry no trained token, its model stays
+    frozen = [*SMOKE, *MODELS, "warm_start.num_tasks=8", "rollout.train_roles=[verifier]"]
+    setup = build(load_config("solver_verifier", frozen))
+    before = {n: p.detach().clone() for n, p in setup.policy.named_parameters()}
+    warm_start(setup, NoLog())
+    assert [r for _, r in calls] == [{"verifier"}]
     moved = {n for n, p in setup.policy.named_parameters() if not torch.equal(p, before[n])}
     assert moved and all(n.startswith("models.verifier.") for n in moved)
 
