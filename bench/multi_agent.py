@@ -9,6 +9,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       48 tokens each (the team: up to 10 conversations of 48 tokens), so both
                       arms may decode at most 480 tokens an episode and 7,680 a step
   * solver_verifier   recipe solver_verifier: a LoRA adapter per role, GRPO grouped per role
+  * solver_verifier_models  the same with a full model per role (model.role_policies=models,
+                      no LoRA) at the full fine-tuning rates of the other full-model recipes
+                      (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
 
 Every step logs `decoded_tokens` (tokens the generator sampled), so the table gives held-out
 success after RL, its gain over the evaluation before RL (after the warm start) and that gain per
@@ -16,6 +19,7 @@ million decoded tokens. A gain is claimed over three seeds.
 
     .venv/bin/python bench/multi_agent.py                       # every arm, seeds 0 1 2
     .venv/bin/python bench/multi_agent.py --arms solver_verifier --seeds 0 --steps 2   # a look
+    .venv/bin/python bench/multi_agent.py --arms solver_verifier solver_verifier_models  # roles
     .venv/bin/python bench/multi_agent.py --smoke --out /tmp/ma.json   # tiny model, seconds
 
 Writes bench/results/multi_agent.json (per arm and seed: per-step train metrics, held-out
@@ -39,6 +43,15 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "planner_executor": ("planner_executor", [*BUDGET, "rollout.max_turns=10"]),
     "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
     "solver_verifier": ("solver_verifier", []),
+    "solver_verifier_models": (
+        "solver_verifier",
+        [
+            "model.role_policies=models",
+            "model.lora_rank=0",
+            "warm_start.lr=1e-4",
+            "optim.lr=5e-6",
+        ],
+    ),
 }
 SMOKE = [  # the tiny model, two tasks a split: the whole bench in seconds (tests)
     "model.name=tiny",

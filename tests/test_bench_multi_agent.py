@@ -28,6 +28,10 @@ def test_the_team_and_the_single_agent_get_the_same_token_budget():
     assert budgets["planner_executor"] == budgets["search_single"] == (2, 8, 480)
     cfg = load_config(bench.RECIPES["solver_verifier"][0], ["model.name=tiny"])
     assert cfg.model.role_policies == "adapters" and cfg.algo.role_groups
+    recipe, overrides = bench.RECIPES["solver_verifier_models"]
+    models = load_config(recipe, ["model.name=tiny", *overrides])
+    assert models.model.role_policies == "models" and models.model.lora_rank == 0
+    assert (models.warm_start.lr, models.optim.lr) == (1e-4, 5e-6)  # full fine-tuning rates
 
 
 def test_table_by_hand():
