@@ -32,6 +32,7 @@ from agentic_rl.envs.search.schemes import (
     retag,
     transcript,
 )
+from agentic_rl.envs.search.single_hop import check_task_world, schedule_questions
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.retrieval.qa_corpus import (
     DEFAULT_NUM_ENTITIES,
@@ -230,21 +231,16 @@ def make_multihop_tasks(
     StepSearch-style `search_keys` (one list of accepted phrasings per hop).
     """
     world = build_multihop_world(num_entities, corpus_seed)
-    pairs = _pairs(world, split_people(world.base, split))
-    wordings = min(len(templates) for templates in QUESTIONS.values())
-    if n > len(pairs) * wordings:
-        raise ValueError(
-            f"at most {len(pairs) * wordings} {split} two-hop questions exist for num_entities="
-            f"{num_entities}; asked for {n} (raise num_entities)"
-        )
-    rng = random.Random(f"multihop/tasks/{split}/{seed}")
-    rng.shuffle(pairs)
-    offsets = [rng.randrange(wordings) for _ in pairs]
+    schedule = schedule_questions(
+        _pairs(world, split_people(world.base, split)),
+        n,
+        min(len(templates) for templates in QUESTIONS.values()),
+        random.Random(f"multihop/tasks/{split}/{seed}"),
+        what=f"{split} two-hop questions",
+        num_entities=num_entities,
+    )
     tasks = []
-    for i in range(n):
-        round_, j = divmod(i, len(pairs))
-        person, relation = pairs[j]
-        wording = (offsets[j] + round_) % wordings
+    for (person, relation), wording in schedule:
         bridge = world.bridge(person, relation)
         support = [person.doc_id, bridge.doc_id]
         tasks.append(
@@ -340,13 +336,7 @@ class MultiHopQAEnv(ToolEnv):
         return self.scheme.prompt or SYSTEM_PROMPT
 
     def reset(self, task: Task, seed: int) -> Observation:
-        # A task from another world would be unanswerable with this corpus: fail loudly.
-        for key, mine in (("num_entities", self.num_entities), ("corpus_seed", self.corpus_seed)):
-            theirs = task.fields.get(key, mine)
-            if theirs != mine:
-                raise ValueError(
-                    f"task {task.task_id} was made with {key}={theirs} but this env uses {mine}"
-                )
+        check_task_world(task, self.num_entities, self.corpus_seed)
         for tool in self.tools:
             if callable(getattr(tool, "set_task", None)):
                 tool.set_task(task.prompt, task.answers)

@@ -9,8 +9,9 @@ memorised in training.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypeVar
 
 from agentic_rl.envs.base import ToolEnv
 from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES, build_world, split_people
@@ -19,6 +20,7 @@ from agentic_rl.tools.search import BM25Search
 from agentic_rl.types import Observation, Task
 
 Split = Literal["train", "eval"]
+Pair = TypeVar("Pair")
 
 SYSTEM_PROMPT = (
     "Answer the question using the search tool. To search, write <search>query</search> and the "
@@ -63,6 +65,52 @@ QUERY_HINTS = {
 }
 
 
+def schedule_questions(
+    pairs: Sequence[Pair],
+    n: int,
+    wordings: int,
+    rng: random.Random,
+    *,
+    what: str,
+    num_entities: int,
+) -> list[tuple[Pair, int]]:
+    """`n` (pair, wording index) draws: every pair once before any pair comes again, each time
+    with its next wording, from a start wording drawn per pair.
+
+    Why: a task set should cover as many (person, fact) pairs as it can, and a repeat should be
+    a new wording rather than the same prompt twice. Asking for more than pairs x wordings
+    raises ValueError (`what` names the questions, e.g. "eval two-hop questions").
+    """
+    if n > len(pairs) * wordings:
+        raise ValueError(
+            f"at most {len(pairs) * wordings} {what} exist for num_entities="
+            f"{num_entities}; asked for {n} (raise num_entities)"
+        )
+    order = list(pairs)
+    rng.shuffle(order)
+    offsets = [rng.randrange(wordings) for _ in order]
+    schedule = []
+    for i in range(n):
+        round_, j = divmod(i, len(order))
+        schedule.append((order[j], (offsets[j] + round_) % wordings))
+    return schedule
+
+
+def check_task_world(task: Task, num_entities: int, corpus_seed: int) -> None:
+    """Raise ValueError when `task` was made over another world than `(num_entities,
+    corpus_seed)`.
+
+    Why: a question about a person of another generated world is unanswerable with this env's
+    corpus, so it would train on noise; a task without these fields is taken as this world's.
+    """
+    for key, mine in (("num_entities", num_entities), ("corpus_seed", corpus_seed)):
+        theirs = task.fields.get(key, mine)
+        if theirs != mine:
+            raise ValueError(
+                f"task {task.task_id} was made with {key}={theirs} but this env uses {mine}"
+            )
+
+
 def make_search_qa_tasks(
     split: Split,
     n: int,
@@ -80,20 +128,16 @@ def make_search_qa_tasks(
     world = build_world(num_entities, corpus_seed)
     people = split_people(world, split)
     pairs = [(person, attribute) for person in people for attribute in QUESTIONS]
-    wordings = min(len(templates) for templates in QUESTIONS.values())
-    if n > len(pairs) * wordings:
-        raise ValueError(
-            f"at most {len(pairs) * wordings} {split} questions exist for num_entities="
-            f"{num_entities}; asked for {n} (raise num_entities)"
-        )
-    rng = random.Random(f"search_qa/tasks/{split}/{seed}")
-    rng.shuffle(pairs)
-    offsets = [rng.randrange(wordings) for _ in pairs]
+    schedule = schedule_questions(
+        pairs,
+        n,
+        min(len(templates) for templates in QUESTIONS.values()),
+        random.Random(f"search_qa/tasks/{split}/{seed}"),
+        what=f"{split} questions",
+        num_entities=num_entities,
+    )
     tasks = []
-    for i in range(n):
-        round_, j = divmod(i, len(pairs))
-        person, attribute = pairs[j]
-        wording = (offsets[j] + round_) % wordings
+    for (person, attribute), wording in schedule:
         tasks.append(
             Task(
                 task_id=f"sqa-{split}-{person.doc_id}-{attribute}-{wording}",
@@ -149,13 +193,7 @@ class SearchQAEnv(ToolEnv):
         return SYSTEM_PROMPT
 
     def reset(self, task: Task, seed: int) -> Observation:
-        # A task from another world would be unanswerable with this corpus: fail loudly.
-        for key, mine in (("num_entities", self.num_entities), ("corpus_seed", self.corpus_seed)):
-            theirs = task.fields.get(key, mine)
-            if theirs != mine:
-                raise ValueError(
-                    f"task {task.task_id} was made with {key}={theirs} but this env uses {mine}"
-                )
+        check_task_world(task, self.num_entities, self.corpus_seed)
         return super().reset(task, seed)
 
     def score_answer(self, text: str) -> float:
