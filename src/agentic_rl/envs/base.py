@@ -89,6 +89,19 @@ def task_has_expert(task: Task) -> bool:
     return task.fields.get("has_expert", True) is not False
 
 
+def check_steppable(task: Task | None, done: bool) -> None:
+    """Raise RuntimeError when an env is stepped before `reset()` (no `task`) or after its
+    episode ended (`done`).
+
+    Why: these are the caller's bugs (a rollout loop that lost track of an episode), not the
+    model's mistakes, so they fail loudly instead of becoming observations it is trained on.
+    """
+    if task is None:
+        raise RuntimeError("step() called before reset()")
+    if done:
+        raise RuntimeError("step() called after the episode terminated; call reset()")
+
+
 def inline_tool_instructions(tools: list[Tool]) -> str:
     """Describe each tool in the inline tag format: `<name>argument</name>`."""
     lines = []
@@ -167,10 +180,7 @@ class ToolEnv:
 
     def step(self, action: Action) -> StepResult:
         """Apply one parsed model turn."""
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "tool":
             result = self._step_tool(action)
         elif action.kind == "answer":

@@ -23,6 +23,7 @@ import re
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -136,10 +137,7 @@ class DiscreteActionEnv:
         )
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})

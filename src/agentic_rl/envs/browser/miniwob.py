@@ -52,6 +52,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.browser.actions import (
     BrowserAction,
     BrowserActionError,
@@ -402,10 +403,7 @@ class MiniWoBEnv:
         return result
 
     def _step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":  # gives up: the page never said done
             self.done = True
             self._release()

@@ -37,6 +37,7 @@ import math
 import random
 from typing import Any, Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.code_words import CodeParseError
 from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.embodied.action_tokens import ActionCodec
@@ -281,10 +282,8 @@ class ManipulationEnv:
         )
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None or self.sim is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
+        assert self.sim is not None  # reset() sets the task and the simulation together
         if action.kind == "answer":
             self.done = True
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})

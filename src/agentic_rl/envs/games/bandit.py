@@ -24,6 +24,7 @@ import random
 import re
 from typing import Any, Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]
@@ -150,10 +151,7 @@ class BanditEnv:
         return named[0] if len(named) == 1 else None
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "none":
             self.done = True
             info = {"no_action": 1, "success": 0.0}

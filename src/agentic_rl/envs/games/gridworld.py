@@ -21,6 +21,7 @@ import random
 from collections import deque
 from typing import Any, Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -182,10 +183,7 @@ class GridWorldEnv:
         )
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.code_words import CodeParseError
 from agentic_rl.envs.games.gridworld import (
     MOVES,
@@ -205,10 +206,7 @@ class ImagePlanningEnv:
         return len(shortest_path(self.walls, cell, self.goal)) if cell != self.goal else 0
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         self.turns += 1
         if action.kind != "tool" or action.name != STATE_TOOL.name:
             why = action.error or (

@@ -31,6 +31,7 @@ import random
 import re
 from typing import Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.vision.scenes import (
     COLOURS,
     SHAPES,
@@ -170,10 +171,7 @@ class VisualReasoningEnv(VisualQAEnv):
     system_prompt = SYSTEM
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
             right = _norm(action.text) in {_norm(a) for a in self.task.answers}

@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.games.gridworld import MOVE_TOOL, SIZE, GridWorldEnv, make_gridworld_tasks
 from agentic_rl.model.load import cache_root
 from agentic_rl.model.vision import save_image
@@ -257,10 +258,7 @@ class VisualQAEnv:
         )
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
             right = _norm(action.text) in {_norm(a) for a in self.task.answers}

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
 
-from agentic_rl.envs.base import inline_tool_instructions
+from agentic_rl.envs.base import check_steppable, inline_tool_instructions
 from agentic_rl.envs.vision.scenes import default_image_dir
 from agentic_rl.model.vision import load_image, save_image
 from agentic_rl.tools.base import ToolError
@@ -294,10 +294,7 @@ class VisualToolsEnv:
         )
 
     def step(self, action: Action) -> StepResult:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        if self.done:
-            raise RuntimeError("step() called after the episode terminated; call reset()")
+        check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
             right = _norm(action.text) in {_norm(a) for a in self.task.answers}
