@@ -65,6 +65,20 @@ def split_actions(text: str) -> list[str]:
     return [part.strip() for part in text.split(ACTION_SEP) if part.strip()]
 
 
+def action_call_error(action: Action) -> str | None:
+    """Why `action` is not an `<action>` call (`ACTION_TOOL`), or None when it is.
+
+    Why: the envs that act only through `<action>` (these discrete envs, the manipulation
+    table) turn anything else into the same invalid-action reason, so the model reads one
+    wording wherever it made the mistake.
+    """
+    if action.kind != "tool":
+        return action.error or "no action in this turn"
+    if action.name != ACTION_TOOL.name:
+        return f"unknown action tag '{action.name}'"
+    return None
+
+
 class DiscreteActionEnv:
     """Base class: multi-action turns over a fixed list of action names (see module doc)."""
 
@@ -141,10 +155,9 @@ class DiscreteActionEnv:
         if action.kind == "answer":
             self.done = True
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
-        if action.kind != "tool":
-            return self._invalid(action.error or "no action in this turn")
-        if action.name != ACTION_TOOL.name:
-            return self._invalid(f"unknown action tag '{action.name}'")
+        why = action_call_error(action)
+        if why is not None:
+            return self._invalid(why)
         tokens = split_actions(str(action.arguments.get("actions", "")))
         dropped = max(len(tokens) - self.max_actions_per_turn, 0)
         tokens = tokens[: self.max_actions_per_turn]

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.code_words import CodeParseError
-from agentic_rl.envs.discrete import ACTION_TOOL
+from agentic_rl.envs.discrete import ACTION_TOOL, action_call_error
 from agentic_rl.envs.embodied.action_tokens import ActionCodec
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -287,10 +287,9 @@ class ManipulationEnv:
         if action.kind == "answer":
             self.done = True
             return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
-        if action.kind != "tool":
-            return self._invalid(action.error or "no action in this turn")
-        if action.name != ACTION_TOOL.name:
-            return self._invalid(f"unknown action tag '{action.name}'")
+        why = action_call_error(action)
+        if why is not None:
+            return self._invalid(why)
         try:
             dx, dy, grip = self.codec.decode_bins(str(action.arguments.get("actions", "")))
         except CodeParseError as err:
