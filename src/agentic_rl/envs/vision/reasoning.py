@@ -29,19 +29,20 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.vision.scenes import (
     COLOURS,
     SHAPES,
     SIZE,
     Cell,
     VisualQAEnv,
-    _split_of,
+    answer_matches,
+    checked_question_kinds,
     scene_of,
+    scene_split,
 )
-from agentic_rl.types import Action, Observation, StepResult, Task
+from agentic_rl.types import Action, Task
 
 Split = Literal["train", "eval"]
 KINDS = ("sum", "count_colour", "count_shape")
@@ -94,17 +95,14 @@ def make_visual_reasoning_tasks(
     "kind", "target"}` (target: the colour or shape counted, "" for sums)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    kinds = list(kinds or KINDS)
-    unknown = sorted(set(kinds) - set(KINDS))
-    if unknown:
-        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(KINDS)})")
+    kinds = checked_question_kinds(kinds, KINDS, KINDS)
     rng = random.Random(f"visual_reasoning/{split}/{seed}")
     tasks: list[Task] = []
     for _ in range(200 * n + 1000):
         if len(tasks) == n:
             return tasks
         objects = _scene(rng)
-        if _split_of(repr(sorted(objects.items()))) != split:
+        if scene_split(objects) != split:
             continue
         kind = kinds[len(tasks) % len(kinds)]
         asked = _question(objects, kind, rng)
@@ -159,39 +157,22 @@ def bridged_cot(task: Task) -> str:
     return f"<think>\n{thought}\n</think>\n<answer>{task.answers[0]}</answer>"
 
 
-def _norm(text: str) -> str:
-    return "".join(text.lower().split())
-
-
 class VisualReasoningEnv(VisualQAEnv):
     """One reasoning question about one rendered scene; see the module docstring. The scene,
     its picture and the first observation are VisualQAEnv's; the prompt, the scoring (format and
     answer) and the expert are this env's."""
 
     system_prompt = SYSTEM
+    usage_hint = "Think in <think></think>, then <answer>...</answer>."
 
-    def step(self, action: Action) -> StepResult:
-        check_steppable(self.task, self.done)
-        if action.kind == "answer":
-            self.done = True
-            right = _norm(action.text) in {_norm(a) for a in self.task.answers}
-            # No raw text (a direct call) is judged on the answer alone.
-            formatted = not action.raw or bool(_FORMAT.match(action.raw))
-            reward = float(right and formatted)
-            info = {"answered": 1, "success": reward, "format_error": float(not formatted)}
-            return StepResult(None, reward, terminated=True, info=info)
-        if action.kind == "none":
-            self.done = True
-            return StepResult(
-                None, -self.format_penalty, terminated=True, info={"no_action": 1, "success": 0.0}
-            )
-        why = action.error or f"a {action.kind} action"
-        message = f"Invalid action: {why}. Think in <think></think>, then <answer>...</answer>."
-        return StepResult(
-            Observation(content=message, name="error"),
-            -self.format_penalty,
-            info={"invalid_action": 1},
-        )
+    def judge(self, action: Action) -> tuple[float, dict[str, Any]]:
+        """Vision-R1's reward: 1 only for the exact answer in a well-formed turn."""
+        assert self.task is not None
+        right = answer_matches(action.text, self.task.answers)
+        # No raw text (a direct call) is judged on the answer alone.
+        formatted = not action.raw or bool(_FORMAT.match(action.raw))
+        reward = float(right and formatted)
+        return reward, {"answered": 1, "success": reward, "format_error": float(not formatted)}
 
     def expert_turn(self) -> str:
         assert self.task is not None, "expert_turn() before reset()"

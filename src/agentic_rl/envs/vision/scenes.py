@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -171,6 +172,22 @@ def _question(
     raise ValueError(f"unknown question kind {kind!r}")
 
 
+def checked_question_kinds(
+    kinds: Sequence[str] | None, default: Sequence[str], valid: Sequence[str]
+) -> list[str]:
+    """The question kinds a task maker takes in turn: `kinds`, or `default` when none are
+    named; a kind not in `valid` raises ValueError that lists the valid ones.
+
+    Why: the kinds come from a recipe or the command line, and a misspelt one must fail when
+    the tasks are made, naming the way out, not leave a split without its questions.
+    """
+    chosen = list(kinds or default)
+    unknown = sorted(set(chosen) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(valid)})")
+    return chosen
+
+
 def make_visual_qa_tasks(
     split: Split, n: int, seed: int = 0, *, kinds: list[str] | None = None
 ) -> list[Task]:
@@ -179,11 +196,7 @@ def make_visual_qa_tasks(
     only when named), taken in turn. Each task: `fields = {"objects": [[row, col, kind, value]], "kind"}`."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    kinds = list(kinds or QUESTION_KINDS)
-    valid = (*QUESTION_KINDS, CAPTION_KIND)
-    unknown = sorted(set(kinds) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(valid)})")
+    kinds = checked_question_kinds(kinds, QUESTION_KINDS, (*QUESTION_KINDS, CAPTION_KIND))
     rng = random.Random(f"visual_qa/{split}/{seed}")
     tasks: list[Task] = []
     for _ in range(200 * n + 1000):
@@ -232,6 +245,8 @@ class VisualQAEnv:
     task_fields = ("objects",)
 
     system_prompt = VQA_SYSTEM
+    usage_hint = "Answer with <answer>...</answer>."
+    """The way out that the error observation of a malformed turn names."""
 
     def __init__(
         self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0, image_dir: str = ""
@@ -261,30 +276,43 @@ class VisualQAEnv:
         check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
-            right = _norm(action.text) in {_norm(a) for a in self.task.answers}
-            return StepResult(
-                None, float(right), terminated=True, info={"answered": 1, "success": float(right)}
-            )
+            reward, info = self.judge(action)
+            return StepResult(None, reward, terminated=True, info=info)
         if action.kind == "none":  # stopped without answering: a wrong answer
             self.done = True
             return StepResult(
                 None, -self.format_penalty, terminated=True, info={"no_action": 1, "success": 0.0}
             )
         why = action.error or f"a {action.kind} action"
-        message = f"Invalid action: {why}. Answer with <answer>...</answer>."
+        message = f"Invalid action: {why}. {self.usage_hint}"
         return StepResult(
             Observation(content=message, name="error"),
             -self.format_penalty,
             info={"invalid_action": 1},
         )
 
+    def judge(self, action: Action) -> tuple[float, dict[str, Any]]:
+        """(reward, info) of the answer that ends the episode: 1 for the exact answer."""
+        assert self.task is not None
+        right = float(answer_matches(action.text, self.task.answers))
+        return right, {"answered": 1, "success": right}
+
     def expert_turn(self) -> str:
         assert self.task is not None, "expert_turn() before reset()"
         return f"<answer>{self.task.answers[0]}</answer>"
 
 
-def _norm(text: str) -> str:
-    return "".join(text.lower().split())
+def answer_matches(text: str, answers: Sequence[str]) -> bool:
+    """Whether `text` is one of `answers` with case and white space ignored.
+
+    Why: the answers about a picture are short ("3,4", "red", "12"); "3, 4" or "Red" read it
+    just as right, so the reward judges what was read, not its spelling.
+    """
+
+    def norm(value: str) -> str:
+        return "".join(value.lower().split())
+
+    return norm(text) in {norm(answer) for answer in answers}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,7 +41,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentic_rl.envs.base import check_steppable, inline_tool_instructions
-from agentic_rl.envs.vision.scenes import default_image_dir
+from agentic_rl.envs.vision.scenes import (
+    answer_matches,
+    checked_question_kinds,
+    default_image_dir,
+)
 from agentic_rl.model.vision import load_image, save_image
 from agentic_rl.tools.base import ToolError
 from agentic_rl.tools.image_tools import (
@@ -189,10 +193,7 @@ def make_visual_tool_tasks(
     Deterministic in (split, n, seed, kinds); train and eval pictures are disjoint."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    kinds = list(kinds or KINDS)
-    unknown = sorted(set(kinds) - set(KINDS))
-    if unknown:
-        raise ValueError(f"unknown question kinds {unknown} (valid: {', '.join(KINDS)})")
+    kinds = checked_question_kinds(kinds, KINDS, KINDS)
     rng = random.Random(f"visual_tools/{split}/{seed}")
     tasks: list[Task] = []
     for _ in range(50 * n + 100):
@@ -213,10 +214,6 @@ def make_visual_tool_tasks(
 
 _PICTURES: OrderedDict[str, tuple[ImageRef, dict[str, Box]]] = OrderedDict()
 _PICTURE_CACHE = 512
-
-
-def _norm(text: str) -> str:
-    return "".join(text.lower().split())
 
 
 class VisualToolsEnv:
@@ -297,7 +294,7 @@ class VisualToolsEnv:
         check_steppable(self.task, self.done)
         if action.kind == "answer":
             self.done = True
-            right = _norm(action.text) in {_norm(a) for a in self.task.answers}
+            right = answer_matches(action.text, self.task.answers)
             info = {"answered": 1, "success": float(right), "tool_rounds": self.tool_calls}
             return StepResult(None, float(right), terminated=True, info=info)
         if action.kind == "none":  # stopped without answering
