@@ -50,7 +50,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Literal
 
 from agentic_rl.envs.benchmarks import jvm
-from agentic_rl.envs.benchmarks.text_game import BenchmarkTextGame, take_in_turns
+from agentic_rl.envs.benchmarks.text_game import JvmTextGame, take_in_turns
 from agentic_rl.types import Task
 
 Fold = Literal["train", "dev", "test"]
@@ -213,10 +213,11 @@ def make_scienceworld_tasks(
     ]
 
 
-class ScienceWorldEnv(BenchmarkTextGame):
+class ScienceWorldEnv(JvmTextGame):
     """ScienceWorld's science tasks, scored 0-100 by the benchmark (see the module doc)."""
 
     system_text = SYSTEM_PROMPT
+    loaded: tuple[str, int, str, bool] | None  # (task, variation, simplifications, gold)
 
     def __init__(
         self,
@@ -231,18 +232,14 @@ class ScienceWorldEnv(BenchmarkTextGame):
         super().__init__(
             max_actions_per_turn, max_steps, format_penalty, valid_actions, reward_scale
         )
-        jvm.require_java()  # fail where the env is built, not at the first reset
         _package()
-        self.sim: Any = None
-        self.sim_gateway: Any = None
-        self.loaded: tuple[str, int, str, bool] | None = None  # (task, variation, simpl., gold)
         self.raw_score = 0  # the simulator's score (negative once the task failed)
 
-    def _simulator(self) -> Any:
-        gateway = jvm.jvm(_package().JAR_PATH, jvm.DETERMINISTIC_HASHES)
-        if self.sim is None or self.sim_gateway is not gateway:  # first use, or a new JVM
-            self.sim, self.sim_gateway, self.loaded = new_simulator(), gateway, None
-        return self.sim
+    def _gateway(self) -> Any:
+        return jvm.jvm(_package().JAR_PATH, jvm.DETERMINISTIC_HASHES)
+
+    def _new_simulator(self) -> Any:
+        return new_simulator()
 
     def _load(self, task: Task, gold: bool) -> str:
         """Load (if needed) and reset the task's variation; returns the opening observation."""

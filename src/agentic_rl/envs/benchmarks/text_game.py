@@ -26,7 +26,8 @@ executes each one and keeps the benchmark's own score. What this base adds to
 
 Subclasses talk to their simulator: `_start` (load the task and reset), `_send` (one command:
 returns the reply and updates `score`, `finished`, `won`), `_valid` (the valid actions now),
-`_gold_path` and `anchor_key`.
+`_gold_path` and `anchor_key`; `JvmTextGame` holds a simulator that lives in the process's JVM
+of a benchmark's jar (jvm.py) and replaces it when that JVM was restarted.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
+from agentic_rl.envs.benchmarks import jvm
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv
 from agentic_rl.envs.worlds.household import normalize_command
 from agentic_rl.types import Action, Observation, StepResult, Task
@@ -229,3 +231,45 @@ class BenchmarkTextGame(DiscreteActionEnv):
 
     def anchor_key(self) -> Hashable:
         raise NotImplementedError
+
+
+class JvmTextGame(BenchmarkTextGame):
+    """Base: a benchmark text game whose simulator is an object in the process's JVM of the
+    benchmark's jar (jvm.py): ScienceWorld, TextWorldExpress.
+
+    Each env keeps its simulator (`sim`) with the JVM's gateway it lives in (`sim_gateway`)
+    and what it loaded into it (`loaded`, the subclass's key; None = nothing). Why here, once:
+    a JVM that died is replaced by the next `jvm.jvm` call, and a simulator of the dead one
+    would fail every call, so `_simulator` makes a new one, with nothing loaded, whenever the
+    gateway changed. Subclasses give `_gateway` and `_new_simulator`.
+    """
+
+    def __init__(
+        self,
+        max_actions_per_turn: int,
+        max_steps: int,
+        format_penalty: float,
+        valid_actions: int,
+        reward_scale: float,
+    ) -> None:
+        super().__init__(
+            max_actions_per_turn, max_steps, format_penalty, valid_actions, reward_scale
+        )
+        jvm.require_java()  # fail where the env is built, not at the first reset
+        self.sim: Any = None
+        self.sim_gateway: Any = None
+        self.loaded: Any = None
+
+    def _gateway(self) -> Any:
+        """The process's JVM (py4j gateway) of the benchmark's jar, started on first use."""
+        raise NotImplementedError
+
+    def _new_simulator(self) -> Any:
+        """A fresh simulator object in that JVM."""
+        raise NotImplementedError
+
+    def _simulator(self) -> Any:
+        gateway = self._gateway()
+        if self.sim is None or self.sim_gateway is not gateway:  # first use, or a new JVM
+            self.sim, self.sim_gateway, self.loaded = self._new_simulator(), gateway, None
+        return self.sim

@@ -43,7 +43,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from agentic_rl.envs.benchmarks import jvm
-from agentic_rl.envs.benchmarks.text_game import BenchmarkTextGame, take_in_turns
+from agentic_rl.envs.benchmarks.text_game import JvmTextGame, take_in_turns
 from agentic_rl.types import Task
 
 GAMES = (
@@ -172,11 +172,12 @@ def make_textworld_express_tasks(
     ]
 
 
-class TextWorldExpressEnv(BenchmarkTextGame):
+class TextWorldExpressEnv(JvmTextGame):
     """TextWorldExpress games, scored 0-1 by the benchmark (see the module doc)."""
 
     restrict_to_valid = True
     system_text = SYSTEM_PROMPT
+    loaded: tuple[str, str] | None  # (game, params)
 
     def __init__(
         self,
@@ -191,18 +192,14 @@ class TextWorldExpressEnv(BenchmarkTextGame):
         super().__init__(
             max_actions_per_turn, max_steps, format_penalty, valid_actions, reward_scale
         )
-        jvm.require_java()  # fail where the env is built, not at the first reset
         _package()
-        self.sim: Any = None
-        self.sim_gateway: Any = None
-        self.loaded: tuple[str, str] | None = None  # (game, params)
         self.last: dict[str, Any] = {}  # the simulator's last answer
 
-    def _simulator(self) -> Any:
-        gateway = jvm.jvm(_package().JAR_PATH)
-        if self.sim is None or self.sim_gateway is not gateway:  # first use, or a new JVM
-            self.sim, self.sim_gateway, self.loaded = new_simulator(), gateway, None
-        return self.sim
+    def _gateway(self) -> Any:
+        return jvm.jvm(_package().JAR_PATH)
+
+    def _new_simulator(self) -> Any:
+        return new_simulator()
 
     def _generate(self, task: Task, gold: bool) -> dict[str, Any]:
         sim = self._simulator()
