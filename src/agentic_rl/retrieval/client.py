@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from agentic_rl.tools.base import ToolError, ToolInfrastructureError
 from agentic_rl.tools.http_guard import resolve_token
-from agentic_rl.tools.search import format_results
+from agentic_rl.tools.search import SEARCH_DESCRIPTION, answer_search, search_parameters
 
 CacheMode = Literal["off", "record", "replay"]
 CACHE_MODES = ("off", "record", "replay")
@@ -213,15 +213,6 @@ class QueryCache:
                 handle.write(line + "\n")
 
 
-def _search_parameters() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "The search query."}},
-        "required": ["query"],
-        "additionalProperties": False,
-    }
-
-
 @dataclass
 class SearchClientTool:
     """Tool "search" backed by a retrieval server; output formatted as Search-R1 does.
@@ -240,8 +231,8 @@ class SearchClientTool:
     cache_mode: CacheMode = "off"
     token: str | None = None
     name: str = "search"
-    description: str = "Search the knowledge base and return the most relevant documents."
-    parameters: dict[str, Any] = field(default_factory=_search_parameters)
+    description: str = SEARCH_DESCRIPTION
+    parameters: dict[str, Any] = field(default_factory=search_parameters)
     result_tag: str = "information"
     client: RetrieverClient | None = field(default=None, init=False, repr=False)
     cache: QueryCache | None = field(default=None, init=False, repr=False)
@@ -292,9 +283,4 @@ class SearchClientTool:
             self.client.close()
 
     def __call__(self, query: str) -> str:
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("empty search query; write the words to search for")
-        results = self.retrieve([query])[0]
-        if not results:
-            return f"No results found for '{query.strip()}'."
-        return format_results(results)
+        return answer_search(self.retrieve, query)

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_rl.model.tokens import encode_prompt, encode_text
-from agentic_rl.tools.base import ToolError
-from agentic_rl.tools.search import format_results
+from agentic_rl.tools.search import SEARCH_DESCRIPTION, answer_search, search_parameters
 from agentic_rl.types import SamplingParams
 
 Results = list[list[dict[str, Any]]]
@@ -320,15 +319,6 @@ class SimulatedSearchEngine:
         )
 
 
-def _search_parameters() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "The search query."}},
-        "required": ["query"],
-        "additionalProperties": False,
-    }
-
-
 @dataclass
 class SimulatedSearchTool:
     """Tool "search" answered by a `SimulatedSearchEngine` for the current task's question.
@@ -341,8 +331,8 @@ class SimulatedSearchTool:
     topk: int = 3
     p_noisy: float | None = None
     name: str = "search"
-    description: str = "Search the knowledge base and return the most relevant documents."
-    parameters: dict[str, Any] = field(default_factory=_search_parameters)
+    description: str = SEARCH_DESCRIPTION
+    parameters: dict[str, Any] = field(default_factory=search_parameters)
     result_tag: str = "information"
     _pinned: dict[str, bool] = field(default_factory=dict, repr=False)
 
@@ -370,9 +360,4 @@ class SimulatedSearchTool:
         )
 
     def __call__(self, query: str) -> str:
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("empty search query; write the words to search for")
-        results = self.retrieve([query])[0]
-        if not results:
-            return f"No results found for '{query.strip()}'."
-        return format_results(results)
+        return answer_search(self.retrieve, query)

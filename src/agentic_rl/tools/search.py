@@ -7,6 +7,7 @@ included), so prompts and checkpoints move between this project and Search-R1 se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,40 @@ def format_results(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+SEARCH_DESCRIPTION = "Search the knowledge base and return the most relevant documents."
+
+
+def search_parameters() -> dict[str, Any]:
+    """The JSON schema of a `search` tool's arguments: one string, the query.
+
+    Why one: the BM25 tool, the retrieval-server client and the simulated engine stand in for
+    one another under the name "search", so the model must be shown the same interface
+    whichever of them answers.
+    """
+    return {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "The search query."}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+
+def answer_search(retrieve: Callable[[list[str]], list[list[dict[str, Any]]]], query: str) -> str:
+    """What a `search` tool returns for `query`: the documents `retrieve` finds for it in
+    Search-R1's format, or a line saying there were none.
+
+    Why one: BM25, a retrieval server and a simulated engine all answer the `search` tool, and
+    the model must meet the same replies from each: an empty query is its own mistake (a
+    ToolError, shown to it), and a search without hits reads the same everywhere.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("empty search query; write the words to search for")
+    results = retrieve([query])[0]
+    if not results:
+        return f"No results found for '{query.strip()}'."
+    return format_results(results)
+
+
 def _tokenize(texts: list[str]) -> list[list[str]]:
     import bm25s  # lazy: keeps `import agentic_rl.tools` fast
 
@@ -46,15 +81,8 @@ class BM25Search:
     corpus: list[dict[str, str]]
     topk: int = 3
     name: str = "search"
-    description: str = "Search the knowledge base and return the most relevant documents."
-    parameters: dict[str, Any] = field(
-        default_factory=lambda: {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "The search query."}},
-            "required": ["query"],
-            "additionalProperties": False,
-        }
-    )
+    description: str = SEARCH_DESCRIPTION
+    parameters: dict[str, Any] = field(default_factory=search_parameters)
     result_tag: str = "information"
     _retriever: Any = field(init=False, repr=False, compare=False)
 
@@ -97,9 +125,4 @@ class BM25Search:
         return results
 
     def __call__(self, query: str) -> str:
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("empty search query; write the words to search for")
-        results = self.retrieve([query])[0]
-        if not results:
-            return f"No results found for '{query.strip()}'."
-        return format_results(results)
+        return answer_search(self.retrieve, query)
