@@ -9,8 +9,8 @@ from agentic_rl.envs.code.repair import (
     CodeRepairEnv,
     load_code_repair_tasks,
     make_code_repair_tasks,
-    split_of,
 )
+from agentic_rl.envs.splits import split_of
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.formats.tir import SweRLFormat
 from agentic_rl.rewards.code import run_unit_tests

@@ -13,8 +13,8 @@ from agentic_rl.envs.math.problems import (
     _num_divisors,
     _word_arrangements,
     make_math_tasks,
-    split_of,
 )
+from agentic_rl.envs.splits import split_of
 from agentic_rl.tools.sandbox.limits import SandboxLimits
 from agentic_rl.tools.sandbox.pool import SandboxPool
 

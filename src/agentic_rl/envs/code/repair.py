@@ -14,7 +14,6 @@ Rewards (`reward=`):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from functools import lru_cache
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
+from agentic_rl.envs.splits import split_of
 from agentic_rl.rewards.code import (
     FORMAT_ERROR_REWARD,
     FormatError,
@@ -36,7 +36,6 @@ from agentic_rl.types import Action, StepResult, Task
 
 Split = Literal["train", "eval", "all"]
 DATA_FILE = Path(__file__).parent / "data" / "code_repair.jsonl"
-EVAL_BUCKETS = 5
 
 SYSTEM_PROMPT = (
     "You fix bugs in Python code. First think about the issue inside <think> and </think>. "
@@ -73,11 +72,6 @@ def load_code_repair_tasks(path: str | None = None) -> tuple[Task, ...]:
     """Every task in the jsonl file (the shipped set by default), in file order."""
     lines = Path(path or DATA_FILE).read_text(encoding="utf-8").splitlines()
     return tuple(_to_task(json.loads(line)) for line in lines if line.strip())
-
-
-def split_of(task_id: str) -> str:
-    """ "eval" for about 1 task in 5 (a hash of its id), else "train"."""
-    return "eval" if hashlib.sha256(task_id.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
 
 
 def make_code_repair_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:

@@ -21,7 +21,6 @@ rule about the current state (`knowledge_rule`).
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -44,11 +43,11 @@ from agentic_rl.envs.games.blocksworld_domain import (
     state_text,
 )
 from agentic_rl.envs.knowledge import KNOWLEDGE_HINT, KnowledgeMixin
+from agentic_rl.envs.splits import split_of
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
 
-EVAL_BUCKETS = 5  # 1 in 5 problems is reserved for eval
 
 SYSTEM_PROMPT = (
     "I am playing with a set of blocks where I need to arrange the blocks into stacks. "
@@ -82,10 +81,6 @@ def random_configuration(rng: random.Random, blocks: Sequence[str]) -> State:
         facts.update(("on", upper, lower) for lower, upper in zip(stack, stack[1:], strict=False))
         facts.add(("clear", stack[-1]))
     return frozenset(facts)
-
-
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
 
 
 def problem_task(init: State, goal: Iterable[Fact], task_id: str, plan: list[str]) -> Task:
@@ -140,7 +135,7 @@ def make_blocksworld_tasks(
         if not goal or goal_reached(init, goal):
             continue
         key = state_text(init) + "|" + goal_text(goal)
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         seen.add(key)
         plan = solve(init, goal)

@@ -21,7 +21,6 @@ scripted expert answers with it (or, for tasks without one, with `solve`'s exhau
 from __future__ import annotations
 
 import ast
-import hashlib
 import random
 import re
 from collections import Counter
@@ -30,13 +29,13 @@ from fractions import Fraction
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
+from agentic_rl.envs.splits import split_of
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
 
 MAX_ANSWER_CHARS = 200
 CORRECT, WELL_FORMED = 1.0, 0.1
-EVAL_BUCKETS = 5  # 1 in 5 generated problems is reserved for eval
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _EQUALS = re.compile(r"=.*$", re.DOTALL)
 
@@ -190,10 +189,6 @@ def _construct(rng: random.Random, numbers: list[int], operators: str) -> tuple[
     return items[0][0], _strip_outer(items[0][1])
 
 
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def countdown_prompt(numbers: Sequence[int], target: int) -> str:
     """RAGEN's observation: "Target: 24, nums: [2, 3, 4]"."""
     return f"Target: {target}, nums: {list(numbers)}"
@@ -233,7 +228,7 @@ def make_countdown_tasks(
             continue
         target, expression = built
         key = f"{sorted(numbers)}|{target}"
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         seen.add(key)
         count = rng.randint(min_numbers, max_numbers)

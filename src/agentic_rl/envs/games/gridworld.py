@@ -16,12 +16,12 @@ so a scripted BFS expert (`expert_turn`) solves every task within `check_env`'s 
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections import deque
 from typing import Any, Literal
 
 from agentic_rl.envs.base import check_steppable
+from agentic_rl.envs.splits import split_of
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
 
@@ -31,7 +31,6 @@ Cell = tuple[int, int]
 SIZE = 5
 NUM_WALLS = 3
 MIN_PATH, MAX_PATH = 2, 6
-EVAL_BUCKETS = 5  # 1 in 5 layouts is reserved for eval
 MOVES: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 SYSTEM_PROMPT = (
@@ -99,10 +98,6 @@ def describe(walls: set[Cell], position: Cell, goal: Cell, size: int = SIZE) -> 
     return f"The goal is {where}. Blocked: {', '.join(blocked) or 'none'}."
 
 
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def make_gridworld_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
     """`n` distinct layouts for `split` (train and eval layouts are disjoint by a hash).
 
@@ -122,7 +117,7 @@ def make_gridworld_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
         start, goal = rng.sample(free, 2)
         walls = set(walls_list)
         key = f"{sorted(walls)}|{start}|{goal}"
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         try:
             path = shortest_path(walls, start, goal)

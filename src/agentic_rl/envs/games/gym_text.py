@@ -44,7 +44,6 @@ Gymnasium is an optional dependency (`pip install 'agentic-rl[envs]'`), imported
 from __future__ import annotations
 
 import copy
-import hashlib
 import random
 import re
 import warnings
@@ -54,6 +53,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Literal
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv
+from agentic_rl.envs.splits import split_of
 from agentic_rl.errors import UserInputError
 from agentic_rl.types import Task
 
@@ -314,7 +314,6 @@ def make_gym_text_tasks(
 
 FROZEN_ACTIONS = ACTION_NAMES["FrozenLake"]
 FROZEN_DELTAS: tuple[Cell, ...] = ((0, -1), (1, 0), (0, 1), (-1, 0))  # Left, Down, Right, Up
-EVAL_BUCKETS = 5  # 1 in 5 generated maps is reserved for eval
 FROZEN_PROMPT = (
     "You are solving the FrozenLake puzzle. Avoid the holes and walk to the goal. The ice may "
     "be slippery: you may move in an unintended direction.\n"
@@ -373,10 +372,6 @@ def random_lake(rng: random.Random, size: int = 4, p: float = 0.8) -> list[str]:
             return desc
 
 
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def render_lake(desc: Sequence[str], position: Cell) -> str:
     """RAGEN's FrozenLake grid (see the module docstring)."""
     symbols = {"F": "_", "S": "_", "H": "O", "G": "G"}
@@ -407,7 +402,7 @@ def make_frozenlake_tasks(
             return tasks
         desc = random_lake(rng, size, p)
         key = "/".join(desc)
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         seen.add(key)
         start = next((r, row.index("S")) for r, row in enumerate(desc) if "S" in row)

@@ -27,7 +27,6 @@ The scripted expert (`expert_turn`) replays the solver's optimal plan from the c
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable
 from typing import Literal
@@ -44,11 +43,11 @@ from agentic_rl.envs.games.sokoban_levels import (
     solve,
     step_level,
 )
+from agentic_rl.envs.splits import split_of
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
 
-EVAL_BUCKETS = 5  # 1 in 5 generated levels is reserved for eval
 
 SYSTEM_PROMPT = (
     "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to "
@@ -58,10 +57,6 @@ SYSTEM_PROMPT = (
     "Each turn, write up to {k} moves (Up, Down, Left, Right) separated by ||, like "
     "<action>Right || Right || Up</action>."
 )
-
-
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
 
 
 def level_task(level: Level, task_id: str, solution: list[int]) -> Task:
@@ -144,7 +139,7 @@ def make_sokoban_tasks(
         if level is None:
             continue
         key = level.to_xsb()
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         solution = solve(level)
         if solution is None or not min_solution <= len(solution) <= max_solution:

@@ -8,7 +8,6 @@ falls in the eval bucket, and each split's generator rejects the other split's p
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import time
@@ -16,11 +15,11 @@ from collections.abc import Callable
 from typing import Literal
 
 from agentic_rl.envs.base import ToolEnv
+from agentic_rl.envs.splits import split_of
 from agentic_rl.tools.calculator import Calculator, evaluate
 from agentic_rl.types import Action, StepResult, Task
 
 Split = Literal["train", "eval"]
-EVAL_BUCKETS = 5  # 1 in 5 possible prompts is reserved for eval
 
 SYSTEM_PROMPT = (
     "Solve the math problem using the calculator. To calculate, write <calc>expression</calc> "
@@ -123,11 +122,6 @@ TEMPLATES: list[Template] = [
 ]
 
 
-def _split_of(prompt: str) -> Split:
-    digest = hashlib.sha256(prompt.encode()).digest()
-    return "eval" if digest[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def make_calculator_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
     """`n` distinct word problems for `split`; the same (split, n, seed) gives the same tasks.
 
@@ -145,7 +139,7 @@ def make_calculator_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
             raise RuntimeError(f"could not generate {n} distinct {split} calculator tasks")
         index = rng.randrange(len(TEMPLATES))
         question, expression = TEMPLATES[index](rng)
-        if question in seen or _split_of(question) != split:
+        if question in seen or split_of(question) != split:
             continue
         seen.add(question)
         answer = evaluate(expression)

@@ -17,17 +17,16 @@ the seed only picks which prompts of the split are drawn.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
+from agentic_rl.envs.splits import split_of
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
-EVAL_BUCKETS = 5  # 1 in 5 possible prompts is reserved for eval
 
 # rng -> (question, answer, python code printing the answer)
 Template = Callable[[random.Random], tuple[str, int, str]]
@@ -286,12 +285,6 @@ CATEGORIES: dict[str, list[Template]] = {
     "number_theory": [_gcd, _lcm, _modpow, _divisors, _primes_in_range],
     "combinatorics": [_choose, _podium, _word_arrangements, _strings, _derangements],
 }
-
-
-def split_of(prompt: str) -> Split:
-    """The split a prompt belongs to (a hash bucket of its text)."""
-    digest = hashlib.sha256(prompt.encode()).digest()
-    return "eval" if digest[0] % EVAL_BUCKETS == 0 else "train"
 
 
 def make_math_tasks(

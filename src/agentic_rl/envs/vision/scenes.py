@@ -18,7 +18,6 @@ has one 16 x 16 cell per vision patch of the grafted tower.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from functools import lru_cache
@@ -27,6 +26,7 @@ from typing import Any, Literal
 
 from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.games.gridworld import MOVE_TOOL, SIZE, GridWorldEnv, make_gridworld_tasks
+from agentic_rl.envs.splits import split_of
 from agentic_rl.model.load import cache_root
 from agentic_rl.model.vision import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
@@ -50,7 +50,6 @@ CAPTION_KIND = "describe"
 order, e.g. `1,2 red circle; 3,4 digit 7`. Not among the default kinds: the alignment stage asks
 for it by name (train/vision_align.py), so each example supervises every cell of the picture."""
 CAPTION_QUESTION = "Describe the grid: each object's row,column and what it is, in reading order."
-EVAL_BUCKETS = 5  # 1 in 5 scenes is held out for evaluation
 
 
 def default_image_dir() -> Path:
@@ -117,15 +116,11 @@ def _place(cell: Cell) -> str:
     return f"row {cell[0] + 1}, column {cell[1] + 1}"
 
 
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def scene_split(objects: dict[Cell, tuple[str, str]]) -> Split:
     """The split a scene belongs to (a hash of its objects): other stages that render scenes
     (train/vision_pretrain.py) train only on scenes of the train split, so the held-out scenes
     stay unseen."""
-    return _split_of(repr(sorted(objects.items())))
+    return split_of(repr(sorted(objects.items())))
 
 
 def _scene(rng: random.Random) -> dict[Cell, tuple[str, str]]:

@@ -34,13 +34,13 @@ matplotlib renders the charts and rapidocr-onnxruntime reads text: the optional 
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
 
 from agentic_rl.envs.base import check_steppable, inline_tool_instructions
+from agentic_rl.envs.splits import split_of
 from agentic_rl.envs.vision.scenes import (
     answer_matches,
     checked_question_kinds,
@@ -71,15 +71,10 @@ CATEGORIES = (
 )  # fmt: skip
 BAR_COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")
 CODE_LETTERS = "ABCDEFHKMNPRTX"
-EVAL_BUCKETS = 5  # 1 in 5 pictures is held out
 PLOT_LEFT = 36  # the chart's plot area starts right of the y-axis tick labels
 ZOOM_PAD = 28  # the expert's zoom: the label's box grown by this many pixels a side
 GRID = 3  # diagram boxes per row and column
 ALL_TOOLS = ",".join(TOOLS)
-
-
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ def make_visual_tool_tasks(
         kind = kinds[len(tasks) % len(kinds)]
         fields, question, answer = _diagram_task(rng) if kind == "code" else _chart_task(rng, kind)
         picture = {k: v for k, v in fields.items() if k not in ("kind", "cell", "asked")}
-        if _split_of(repr(sorted(picture.items()))) != split:
+        if split_of(repr(sorted(picture.items()))) != split:
             continue
         tasks.append(Task(f"vtool-{split}-{seed}-{len(tasks)}", question, [answer], fields))
     raise RuntimeError(f"could not generate {n} {split} visual-tool questions")

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentic_rl.envs.discrete import ACTION_SEP, DiscreteActionEnv
+from agentic_rl.envs.splits import split_of
 from agentic_rl.retrieval.bm25 import BM25Index
 from agentic_rl.rewards.webshop import webshop_score
 from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
-EVAL_BUCKETS = 5
 NUM_RESULTS = 50  # WebShop returns 50 results per search
 
 COLORS = ("black", "white", "red", "blue", "green", "grey", "navy", "pink", "brown", "beige")
@@ -257,10 +257,6 @@ def draw_goal(rng: random.Random, product: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _split_of(key: str) -> Split:
-    return "eval" if hashlib.sha256(key.encode()).digest()[0] % EVAL_BUCKETS == 0 else "train"
-
-
 def make_webshop_tasks(
     split: Split,
     n: int,
@@ -284,7 +280,7 @@ def make_webshop_tasks(
         product = rng.choice(catalogue.products)
         goal = draw_goal(rng, product)
         key = json.dumps(goal, sort_keys=True)
-        if key in seen or _split_of(key) != split:
+        if key in seen or split_of(key) != split:
             continue
         found = catalogue.search(expert_query(goal), results_per_page)
         if product["asin"] not in {p["asin"] for p in found}:
