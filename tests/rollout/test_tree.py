@@ -1,6 +1,6 @@
-"""Tree rollouts (rollout/tree.py): the trees' shape, prefixes shared token for token, replay
-and fork of the env, the generator's work (counted), and Tree-GRPO's advantages by hand through
-the learner's collate + compute_advantages."""
+"""Tree rollouts (rollout/tree.py, rollout/branch.py): the trees' shape, prefixes shared token
+for token, replay and fork of the env, the generator's work (counted), and Tree-GRPO's
+advantages by hand through the learner's collate + compute_advantages."""
 
 from __future__ import annotations
 
@@ -21,13 +21,9 @@ from agentic_rl.formats.chat import TagFormat
 from agentic_rl.learner.batch import collate_episodes
 from agentic_rl.learner.update import compute_advantages
 from agentic_rl.rollout.actors import policy_actor
+from agentic_rl.rollout.branch import ReplayDivergedError
 from agentic_rl.rollout.loop import run_episodes
-from agentic_rl.rollout.tree import (
-    ReplayDivergedError,
-    decoded_tokens,
-    distinct_trajectories,
-    run_tree_episodes,
-)
+from agentic_rl.rollout.tree import decoded_tokens, distinct_trajectories, run_tree_episodes
 from agentic_rl.types import Completion, Observation
 
 MAX_TURNS = 4

@@ -1,4 +1,4 @@
-"""ARPO's entropy-triggered branching (rollout.tree.branch=entropy, rollout/tree.py): branches
+"""ARPO's entropy-triggered branching (rollout.tree.branch=entropy, rollout/arpo.py): branches
 where the entropy after a tool result rose and not where it fell, the budget of leaves per task,
 prefixes copied token for token, fresh roots when no leaf is live; the HF generator's entropies;
 the load-time refusals; a training step on the tiny model."""

@@ -45,7 +45,7 @@ def policy_actor(
             raise ValueError("rollout.think_budget needs the tokenizer: pass it to policy_actor")
         return budget_actor(generator, fmt, cfg, tokenizer, seed, greedy)
 
-    # ARPO's branching (rollout/tree.py) reads the entropy of each sampled turn's first tokens.
+    # ARPO's branching (rollout/arpo.py) reads the entropy of each sampled turn's first tokens.
     entropy_tokens = cfg.tree.entropy_tokens if cfg.tree.branch == "entropy" and not greedy else 0
 
     def act(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
