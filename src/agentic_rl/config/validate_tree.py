@@ -5,7 +5,7 @@ that reports entropies. Called by `validate.validate`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
@@ -156,14 +156,14 @@ def _validate_entropy(cfg: Config, explicit: Collection[str]) -> None:
         f"rollout.backend={rollout.backend}": rollout.backend != "hf",
         "rollout.think_budget": rollout.think_budget > 0,
     }
-    for what, bad in refused.items():
-        if bad:
-            raise ConfigError(
-                f"rollout.tree.branch=entropy reads each turn's token entropies from the "
-                f"generator, which {what} does not give (only the hf backend's plain sampler "
-                "computes them): use rollout.backend=hf without rollout.think_budget, or "
-                "rollout.tree.branch=random"
-            )
+    _refuse_any(
+        refused,
+        lambda what: (
+            "rollout.tree.branch=entropy reads each turn's token entropies from the generator, "
+            f"which {what} does not give (only the hf backend's plain sampler computes them): "
+            "use rollout.backend=hf without rollout.think_budget, or rollout.tree.branch=random"
+        ),
+    )
     steps = entropy_tree_steps(rollout)
     if steps * rollout.max_turns >= SEED_TURNS:
         raise ConfigError(
@@ -175,6 +175,7 @@ def _validate_entropy(cfg: Config, explicit: Collection[str]) -> None:
 
 
 def _refuse_other_modes(cfg: Config) -> None:
+    """The rollout settings a tree cannot be played with (whole episodes, sampled groups)."""
     rollout, f = cfg.rollout, cfg.filters
     refused = {
         f"rollout.mode={rollout.mode}": rollout.mode != "episode",
@@ -183,9 +184,18 @@ def _refuse_other_modes(cfg: Config) -> None:
         "filters.roc": f.roc,
         "filters.ttrl_vote_samples": f.ttrl_vote_samples > 0,
     }
+    _refuse_any(
+        refused,
+        lambda what: (
+            "rollout.tree plays whole episodes as branches of a tree (rollout.mode=episode, "
+            f"sampled groups of exactly the trees' leaves): it cannot be combined with {what}"
+        ),
+    )
+
+
+def _refuse_any(refused: Mapping[str, bool], message: Callable[[str], str]) -> None:
+    """Raise ConfigError for the first setting of `refused` that is on (its value True): one
+    rule for each list of settings a tree cannot work with, `message(setting)` saying why."""
     for what, bad in refused.items():
         if bad:
-            raise ConfigError(
-                f"rollout.tree plays whole episodes as branches of a tree (rollout.mode=episode, "
-                f"sampled groups of exactly the trees' leaves): it cannot be combined with {what}"
-            )
+            raise ConfigError(message(what))
