@@ -4,7 +4,6 @@ advantages by hand through the learner's collate + compute_advantages."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -120,24 +119,10 @@ def test_a_second_round_can_branch_from_branches(tokenizer):
         assert leaf.token_ids[:n] == parent.token_ids[:n] and leaf.tree.parent < leaf.tree.leaf
 
 
-class ForkingCalculator(CalculatorEnv):
-    """A calculator that copies itself; counts resets (the fork path never resets)."""
-
-    resets = 0
-
-    def reset(self, task, seed):
-        type(self).resets += 1
-        return super().reset(task, seed)
-
-    def fork(self):
-        return copy.deepcopy(self)
-
-
-def test_fork_path_gives_the_same_leaves_without_replay(tokenizer):
+def test_fork_path_gives_the_same_leaves_without_replay(tokenizer, forking_calculator):
     replayed, _, _ = play_trees(tokenizer)
-    ForkingCalculator.resets = 0
-    forked, _, _ = play_trees(tokenizer, env_type=ForkingCalculator)
-    assert ForkingCalculator.resets == 4  # the roots only: branches start from copies
+    forked, _, _ = play_trees(tokenizer, env_type=forking_calculator)
+    assert forking_calculator.resets == 4  # the roots only: branches start from copies
     for a, b in zip(replayed, forked, strict=True):
         assert (a.token_ids, a.loss_mask, a.logprobs, a.tree) == (
             b.token_ids,

@@ -5,7 +5,6 @@ the load-time refusals; a training step on the tiny model."""
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -160,23 +159,11 @@ def test_the_budget_caps_the_copies_and_beam_size_gives_more_per_point(tokenizer
     assert a.tree.leaf != b.tree.leaf
 
 
-class ForkingCalculator(CalculatorEnv):
-    resets = 0
-
-    def reset(self, task, seed):
-        type(self).resets += 1
-        return super().reset(task, seed)
-
-    def fork(self):
-        return copy.deepcopy(self)
-
-
-def test_fork_and_replay_give_the_same_entropy_trees(tokenizer):
+def test_fork_and_replay_give_the_same_entropy_trees(tokenizer, forking_calculator):
     replayed, _ = play(tokenizer, [True, False])
-    ForkingCalculator.resets = 0
-    forked, _ = play(tokenizer, [True, False], env_type=ForkingCalculator)
+    forked, _ = play(tokenizer, [True, False], env_type=forking_calculator)
     # roots only (2 + 1 fresh for the rising task, 2 + 3 fresh for the other): no replay
-    assert ForkingCalculator.resets == 8
+    assert forking_calculator.resets == 8
     for a, b in zip(sum(replayed, []), sum(forked, []), strict=True):
         assert (a.token_ids, a.loss_mask, a.logprobs, a.tree) == (
             b.token_ids,
