@@ -4,16 +4,23 @@
 `script(episode, index, turn) -> text`, where `index` numbers the episodes of a group in the
 order the rollout started them; the text is tokenised like a sampled turn (logprob -1 each).
 Tests then build, collect and prepare batches with the real trainer code.
+
+`expert_or_give_up_run(recipe, overrides)` trains a text-game recipe (expert warm start, then
+step-wise GiGPO) with the expert against a quitter, as the ALFWorld, ScienceWorld and
+TextWorldExpress recipe tests do.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from strays import no_strays
 
+from agentic_rl.cli import main
 from agentic_rl.logging import read_metrics
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.rollout.actors import Actor
@@ -69,6 +76,38 @@ def warm_start_episodes() -> Callable[[Any], float]:
         return rows[0]["warm_start/episodes"]
 
     return read
+
+
+def expert_or_give_up(ep: Episode, index: int, turn: int) -> str:
+    """Evaluation episodes and episode 0 of each training group play the env's expert (the
+    walkthrough, the gold path); the other training episodes give up at once (an answer ends
+    the episode with reward 0) from the group's shared start state."""
+    if ep.group_id.startswith("eval:") or index == 0:
+        return ep.env.expert_turn()
+    return "<answer>give up</answer>"
+
+
+@pytest.fixture
+def expert_or_give_up_run(
+    tmp_path: Path, scripted: Callable[[Script], Actor], warm_start_episodes: Callable[[Any], float]
+) -> Callable[[str, list[str]], dict[str, Any]]:
+    """`expert_or_give_up_run(recipe, overrides)`: train `recipe` with `--smoke` and the
+    overrides into tmp_path/run, the episodes scripted by `expert_or_give_up`; check that the
+    warm start used expert episodes and that GiGPO trained step-wise samples whose group shares
+    its start state (the expert and the quitter part there); return the run's summary.json."""
+
+    def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
+        scripted(expert_or_give_up)
+        out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=run"]
+        assert main(["train", recipe, *overrides, *out, "--smoke"]) == 0
+        run_dir = tmp_path / "run"
+        assert warm_start_episodes(run_dir) > 0
+        rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "train/reward" in r]
+        assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)  # step-wise
+        assert all(r["train/shared_step_groups"] > 0 for r in rows)  # the shared start state
+        return json.loads((run_dir / "summary.json").read_text())
+
+    return run
 
 
 @pytest.fixture

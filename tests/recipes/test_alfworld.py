@@ -8,13 +8,10 @@ Skipped, saying why, where TextWorld's PDDL engine (fast-downward-textworld) is 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from alfworld_fixture import write_alfworld_data
 
 from agentic_rl.cli import main
-from agentic_rl.logging import read_metrics
 
 pytest.importorskip("fast_downward", reason="needs TextWorld's PDDL engine (fast-downward)")
 
@@ -34,27 +31,9 @@ def no_alfworld_data_variable(monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
 
 
-def expert_or_give_up(ep, index, turn):
-    """Evaluation episodes and episode 0 of each training group play the walkthrough; the other
-    training episodes give up at once from the group's shared start state."""
-    if ep.group_id.startswith("eval:") or index == 0:
-        return ep.env.expert_turn()
-    return "<answer>give up</answer>"
-
-
-def test_smoke_warm_start_gigpo_and_the_success_rate_per_task_type(
-    tmp_path, scripted, warm_start_episodes
-):
+def test_smoke_warm_start_gigpo_and_the_success_rate_per_task_type(tmp_path, expert_or_give_up_run):
     data = write_alfworld_data(tmp_path / "data")
-    scripted(expert_or_give_up)
-    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=run", f"env.options.data_dir={data}"]
-    assert main(["train", "alfworld", *SMOKE, *SMALL, *out, "--smoke"]) == 0
-    run = tmp_path / "run"
-    assert warm_start_episodes(run) > 0
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if "train/reward" in r]
-    assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)  # step-wise
-    assert all(r["train/shared_step_groups"] > 0 for r in rows)  # the shared start state
-    summary = json.loads((run / "summary.json").read_text())
+    summary = expert_or_give_up_run("alfworld", [*SMOKE, *SMALL, f"env.options.data_dir={data}"])
     for stage in ("before", "warm_start", "after"):
         # the valid_unseen game is played by its walkthrough: success, in its task type too
         assert summary[stage]["env/score"] == 1.0, stage

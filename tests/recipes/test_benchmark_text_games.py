@@ -8,14 +8,11 @@ started are closed after the module."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 
-from agentic_rl.cli import main
 from agentic_rl.envs.benchmarks import jvm
-from agentic_rl.logging import read_metrics
 
 if shutil.which("java") is None:
     pytest.skip(
@@ -35,29 +32,10 @@ def one_jvm():
     jvm.close_jvms()
 
 
-def expert_or_give_up(ep, index, turn):
-    """Evaluation episodes and episode 0 of each training group play the gold path; the other
-    training episodes give up at once (an answer ends the episode with reward 0) from the
-    group's shared start state."""
-    if ep.group_id.startswith("eval:") or index == 0:
-        return ep.env.expert_turn()
-    return "<answer>give up</answer>"
-
-
 @pytest.mark.parametrize("recipe", ["scienceworld", "textworld_express"])
-def test_smoke_warm_start_gigpo_and_the_benchmarks_score(
-    recipe, tmp_path, scripted, warm_start_episodes
-):
+def test_smoke_warm_start_gigpo_and_the_benchmarks_score(recipe, expert_or_give_up_run):
     pytest.importorskip(recipe)
-    scripted(expert_or_give_up)
-    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=run"]
-    assert main(["train", recipe, *SMOKE, *SMALL, *GROUPS, *out, "--smoke"]) == 0
-    run = tmp_path / "run"
-    assert warm_start_episodes(run) > 0
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if "train/reward" in r]
-    assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)  # step-wise
-    assert all(r["train/shared_step_groups"] > 0 for r in rows)  # the shared start state
-    summary = json.loads((run / "summary.json").read_text())
+    summary = expert_or_give_up_run(recipe, [*SMOKE, *SMALL, *GROUPS])
     for stage in ("before", "warm_start", "after"):
         # every eval episode plays the gold path: the benchmark's full score, success 1
         assert summary[stage]["env/score"] == pytest.approx(FULL[recipe]), stage
