@@ -24,11 +24,12 @@ def test_generated_pages_equal_the_generator_output():
     assert not docs_tables.stale_pages(files)
 
 
-def test_every_benchmark_page_is_generated_from_a_source():
-    sources = sorted(p.name for p in (ROOT / "docs" / "sources" / "benchmarks").glob("*.md"))
-    assert "index.md" in sources
-    for name in sources:
-        assert docs_tables.is_generated(ROOT / "docs" / "benchmarks" / name), name
+def test_every_page_of_a_source_folder_is_generated_from_its_source():
+    assert "index.md" in {p.name for p in (ROOT / "docs" / "sources" / "benchmarks").glob("*.md")}
+    for folder in docs_tables.PAGE_FOLDERS:
+        for source in (ROOT / "docs" / "sources" / folder).glob("*.md"):
+            page = ROOT / "docs" / folder / source.name
+            assert docs_tables.is_generated(page), f"{page} is not generated from {source}"
 
 
 def test_every_recipe_page_says_how_it_departs_from_its_paper():
