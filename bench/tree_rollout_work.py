@@ -85,7 +85,17 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     fmt = TagFormat(CalculatorEnv().tools)
     arms = {}
     for arm in ("tree", "independent"):
-        gen = HFGenerator(model, tokenizer, max_batch_size=64, kv_rows=len(expanded))
+        # as make_generator gives each: a tree rollout's store keeps room for its episodes and
+        # lets a branch read its parent's KV cut to the branch point; independent episodes
+        # reuse only their own earlier turns
+        trees = arm == "tree"
+        gen = HFGenerator(
+            model,
+            tokenizer,
+            max_batch_size=64,
+            kv_rows=len(expanded) if trees else 0,
+            cut_prefixes=trees,
+        )
         act = policy_actor(gen, fmt, cfg, seed=1)
         envs = [CalculatorEnv() for _ in expanded]
         if arm == "tree":

@@ -30,7 +30,7 @@ def test_common_prefix_by_hand():
 
 
 def test_longest_shared_prefix_is_reused_cut_to_its_length():
-    store = KVStore()
+    store = KVStore(cut_prefixes=True)
     store.put((1, 2, 3, 4, 5), fake_kv((1, 2, 3, 4, 5)))
     store.put((1, 2, 9), fake_kv((1, 2, 9)))
     hit = store.lookup((1, 2, 3, 7, 7))  # shares 3 tokens with the first, 2 with the second
@@ -47,7 +47,7 @@ def test_longest_shared_prefix_is_reused_cut_to_its_length():
 
 
 def test_take_drops_continued_entries_and_keeps_a_parent_read_in_part():
-    store = KVStore()
+    store = KVStore(cut_prefixes=True)
     parent, own = (1, 2, 3, 4, 5, 6), (1, 2, 7, 8)
     store.put(parent, fake_kv(parent))
     store.put(own, fake_kv(own))
@@ -59,7 +59,7 @@ def test_take_drops_continued_entries_and_keeps_a_parent_read_in_part():
 
 
 def test_an_entry_with_pictures_is_reused_only_whole_and_with_its_pictures():
-    store = KVStore()
+    store = KVStore(cut_prefixes=True)
     store.put((1, 2, 3), fake_kv((1, 2, 3)), ("a",))
     assert store.lookup((1, 2, 3, 4), ("a", "b")) == store.lookup((1, 2, 3, 4), ("a",))
     assert store.lookup((1, 2, 3, 4), ("a",)).length == 3
@@ -71,7 +71,7 @@ def test_an_entry_with_pictures_is_reused_only_whole_and_with_its_pictures():
 
 
 def test_the_bound_is_kv_rows_or_the_widest_call():
-    store = KVStore(min_rows=3)
+    store = KVStore(min_rows=3, cut_prefixes=True)
     for first in range(5):  # five one-row calls of different prompts
         store.note_rows(1)
         store.fit(1)
@@ -95,7 +95,10 @@ def test_a_prompt_sharing_a_prefix_reuses_it_and_samples_as_a_fresh_prefill(tiny
     """A second prompt that leaves a stored row part way (a branch after its parent's turn)
     prefills only what it does not share; with the same seeds it samples the same tokens, and
     their logprobs are close, as a generator that prefills everything."""
-    cached, plain = HFGenerator(tiny, tokenizer), HFGenerator(tiny, tokenizer, prefix_cache=False)
+    cached, plain = (
+        HFGenerator(tiny, tokenizer, cut_prefixes=True),
+        HFGenerator(tiny, tokenizer, prefix_cache=False),
+    )
     params = SamplingParams(max_new_tokens=6, seed=11)
     base = text(tokenizer, "Question: what is 2 + 3? Think step by step.")
     (first,) = cached.generate([base + text(tokenizer, " First")], params)
@@ -121,7 +124,7 @@ def test_a_prompt_sharing_a_prefix_reuses_it_and_samples_as_a_fresh_prefill(tiny
 def test_rows_of_one_call_reuse_one_parent_at_different_lengths(tiny, tokenizer):
     """Branches of one parent at two turn boundaries, in one call: both read the parent (cut to
     each one's length), which stays for later ones; the tokens equal a fresh prefill's."""
-    cached = HFGenerator(tiny, tokenizer, kv_rows=3)
+    cached = HFGenerator(tiny, tokenizer, kv_rows=3, cut_prefixes=True)
     plain = HFGenerator(tiny, tokenizer, prefix_cache=False)
     greedy = SamplingParams(max_new_tokens=8, temperature=0)
     base = text(tokenizer, "Tell me a story about a cat")
@@ -137,7 +140,7 @@ def test_rows_of_one_call_reuse_one_parent_at_different_lengths(tiny, tokenizer)
 def test_an_episode_that_ended_keeps_its_kv_for_its_branches(tiny, tokenizer):
     """A row that ends with the end-of-sequence token is kept too: a tree's later round
     branches from its turn boundaries."""
-    gen = HFGenerator(tiny, tokenizer, eos_token_ids=list(range(len(tokenizer))))
+    gen = HFGenerator(tiny, tokenizer, eos_token_ids=list(range(len(tokenizer))), cut_prefixes=True)
     base = text(tokenizer, "Hello there, how are")
     (out,) = gen.generate([base], SamplingParams(max_new_tokens=4, seed=0))
     assert out.finish_reason == "eos" and len(out.token_ids) == 1  # every token ends it
@@ -146,7 +149,7 @@ def test_an_episode_that_ended_keeps_its_kv_for_its_branches(tiny, tokenizer):
 
 
 def test_changed_weights_drop_the_shared_prefix_too(tiny, tokenizer):
-    gen = HFGenerator(tiny, tokenizer)
+    gen = HFGenerator(tiny, tokenizer, cut_prefixes=True)
     greedy = SamplingParams(max_new_tokens=4, temperature=0)
     base = text(tokenizer, "What is the capital of France")
     gen.generate([base + [13]], greedy)
@@ -169,7 +172,7 @@ def test_kv_rows_keeps_a_parent_through_narrower_calls(tiny, tokenizer):
     parents = [text(tokenizer, s) for s in ("Alpha beta gamma", "One two three", "Red green")]
     others = [text(tokenizer, s) for s in ("Zebra crossing", "Yellow submarine")]
     for kv_rows, reused in ((0, 0), (5, len(parents[0]))):
-        gen = HFGenerator(tiny, tokenizer, kv_rows=kv_rows)
+        gen = HFGenerator(tiny, tokenizer, kv_rows=kv_rows, cut_prefixes=True)
         gen.generate(parents, greedy)
         for other in others:  # other episodes' one-row calls in between
             gen.generate([other], greedy)
@@ -191,3 +194,16 @@ def test_a_tree_rollouts_generator_keeps_room_for_its_episodes():
         cfg = load_config(None, ["model.name=tiny", "rollout.tasks_per_step=2", *overrides])
         policy, tok = load_policy(cfg.model)
         assert make_generator(cfg, policy, tok)._kv_store.rows == rows
+
+
+def test_without_cut_prefixes_only_an_entry_continued_whole_is_reused():
+    """Outside tree rollouts (cut_prefixes off) a prompt never reads part of another row's KV:
+    a replayed episode must get the undisturbed run's logprobs bit for bit (a cut entry's KV
+    comes from another forward), while an episode's own earlier turn is still reused."""
+    kv = [(torch.zeros(1, 4, 2), torch.zeros(1, 4, 2))]
+    store = KVStore()
+    store.put((1, 2, 3, 4), kv)
+    assert store.lookup((1, 2, 3, 9)) == Hit()  # shares 3 tokens only: no reuse
+    (hit,) = store.take([(1, 2, 3, 4, 5)], [()])  # continues the entry whole
+    assert hit.length == 4 and hit.kv is kv
+    assert len(store) == 0  # continued: the row's own KV replaces it

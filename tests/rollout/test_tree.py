@@ -224,7 +224,15 @@ def test_hf_generator_work_of_a_tree_round(tiny, tokenizer):
     work = {}
     for mode in ("tree", "independent", "tree without kept KV"):
         cache = mode != "tree without kept KV"
-        gen = HFGenerator(tiny, tokenizer, max_batch_size=64, prefix_cache=cache, kv_rows=2 * g)
+        trees = mode != "independent"  # as make_generator gives each
+        gen = HFGenerator(
+            tiny,
+            tokenizer,
+            max_batch_size=64,
+            prefix_cache=cache,
+            kv_rows=2 * g if trees else 0,
+            cut_prefixes=trees,
+        )
         act = policy_actor(gen, fmt, cfg, seed=1)
         envs = [CalculatorEnv() for _ in expanded]
         if mode != "independent":

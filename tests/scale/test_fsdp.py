@@ -273,7 +273,9 @@ def test_torchrun_train_resume_mismatch_and_export(tmp_path):
 
 
 def _metrics(run: Path) -> list[dict]:
-    drop = ("time", "seconds", "tokens_per_s")
+    # costs of each process, not global results: timings, and its generator's KV reuse (each
+    # rank plays its share of the episodes)
+    drop = ("time", "seconds", "tokens_per_s", "reused_prompt_tokens")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rows]
 

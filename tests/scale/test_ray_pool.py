@@ -40,7 +40,9 @@ FAST = [
     "rollout.max_tokens_per_turn=4",
     "algo.entropy_coef=0.01",  # every step updates, so step 2 depends on step 1's update
 ]
-TIMING = ("seconds", "time", "tokens_per_s")
+# costs of the run, not results: timings, and the in-process generator's KV reuse (a Ray
+# generator actor does not report it)
+TIMING = ("seconds", "time", "tokens_per_s", "reused_prompt_tokens")
 
 
 @pytest.fixture(scope="module")

@@ -201,6 +201,7 @@ class HFGenerator:
         choose_fast_paths: bool = True,
         compiled_decode: str = "never",
         kv_rows: int = 0,
+        cut_prefixes: bool = False,
     ) -> None:
         self.model = model
         register_if_used(model)  # e.g. a model unpickled in a Ray actor
@@ -255,7 +256,7 @@ class HFGenerator:
         if kv_rows < 0:
             raise ValueError(f"kv_rows: {kv_rows} is below 0")
         self.prefix_cache = prefix_cache and _layered_cache_available()
-        self._kv_store = KVStore(kv_rows)
+        self._kv_store = KVStore(kv_rows, cut_prefixes)  # cut_prefixes: tree rollouts
         self._kv_weights = self._weights_version()
 
     def sleep(self) -> None:

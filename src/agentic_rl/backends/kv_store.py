@@ -4,7 +4,8 @@ Multi-turn contexts only grow: an episode's next prompt is its last prompt, the 
 for it, and the observation after them. And a branch of a tree rollout (rollout/tree.py) starts
 from its parent's tokens up to a turn boundary. So when a row of a call finishes, the KV of the
 tokens it fed through the model is kept here, keyed by those tokens; a later prompt, in
-whatever call, reuses the KV of the longest prefix it shares with a stored entry (the KV of a
+whatever call, reuses the KV of an entry it continues whole (its episode's earlier turn) or,
+in a tree rollout (`cut_prefixes`), of the longest prefix it shares with a stored entry (the KV of a
 position depends on the tokens up to it only, so the first L positions of an entry are the KV
 of any prompt that starts with the same L tokens) and prefills only the rest. At least one
 token of a prompt is always prefilled: its logits are the first sampled token's.
@@ -62,12 +63,19 @@ def truncate(kv: LayerKV, length: int) -> LayerKV:
 class KVStore:
     """Stored KV of finished rows, keyed by the tokens it was computed on (oldest first)."""
 
-    def __init__(self, min_rows: int = 0) -> None:
+    def __init__(self, min_rows: int = 0, cut_prefixes: bool = False) -> None:
         self._entries: dict[tuple[int, ...], LayerKV] = {}
         self._tokens: dict[tuple[int, ...], np.ndarray] = {}  # the keys, for `common_prefix`
         self._pictures: dict[tuple[int, ...], tuple[str, ...]] = {}  # stored KV's pictures
         self.rows = min_rows
         """The bound of `fit`: `min_rows`, or the most rows one `generate` call has had."""
+        self.cut_prefixes = cut_prefixes
+        """Whether a prompt may reuse an entry it shares only a part of (a tree's branch, its
+        parent). Off elsewhere: a cut entry's KV was computed in another forward than a fresh
+        prefill of the same tokens, so its logprobs may differ in the last bits, and a run
+        that replays an episode (a tool-infrastructure retry) must get the same logprobs as
+        the undisturbed run. An entry a prompt continues whole is that episode's own KV,
+        the same in both runs."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -127,7 +135,7 @@ class KVStore:
             shared = common_prefix(tokens, self._tokens[fed])
             seen = self._pictures.get(fed, ())
             if shared < len(fed) or pictures[: len(seen)] != seen:  # a part, or other pictures
-                if not seen and min(shared, len(prompt) - 1) > best.length:
+                if self.cut_prefixes and not seen and min(shared, len(prompt) - 1) > best.length:
                     best = Hit(min(shared, len(prompt) - 1), kv)
                 continue
             continued.append(fed)

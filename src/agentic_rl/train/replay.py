@@ -57,8 +57,9 @@ from agentic_rl.train.loop import checkpoint_modules, train_step
 from agentic_rl.train.setup import build, make_optimizer, set_learning_rate
 from agentic_rl.types import Task
 
-_NOT_REPLAYED = ("seconds", "tokens_per_s", "infra_")
-"""Metrics of the rollout itself (timings, tool-infrastructure retries), not replayed."""
+_NOT_REPLAYED = ("seconds", "tokens_per_s", "infra_", "reused_prompt_tokens")
+"""Metrics of the rollout itself (timings, tool-infrastructure retries, the generator's KV
+reuse, which depends on what its store held), not replayed."""
 
 
 @dataclass
