@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.backends.hf import HFGenerator, _sample, sample_step
+from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.sampling import draw_tokens, sample_step
 from agentic_rl.model.load import token_logprobs
 from agentic_rl.types import SamplingParams
 
@@ -44,7 +45,7 @@ def test_sample_step_follows_the_logits_device(device, setting):
 @pytest.mark.parametrize("device", DEVICES)
 def test_inverse_cdf_sampling_follows_the_probabilities_device(device):
     probs = torch.softmax(torch.randn(5, 700, device=device), dim=-1)
-    assert _sample(probs, torch.rand(5, dtype=torch.float64)).device == probs.device
+    assert draw_tokens(probs, torch.rand(5, dtype=torch.float64)).device == probs.device
 
 
 def test_sample_step_on_the_cpu_is_the_distribution_it_reports():

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from agentic_rl.backends.hf import HFGenerator, _top_p_filter
+from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.sampling import top_p_filter
 from agentic_rl.model.load import token_logprobs
 from agentic_rl.types import SamplingParams
 
@@ -77,9 +78,9 @@ def test_finished_sequences_leave_the_batch(tiny, tokenizer):
 
 def test_top_p_keeps_the_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = _top_p_filter(logits, torch.tensor([0.7]))
+    kept = top_p_filter(logits, torch.tensor([0.7]))
     assert torch.isfinite(kept).tolist() == [[True, True, False, False]]
-    kept = _top_p_filter(logits, torch.tensor([1.0]))
+    kept = top_p_filter(logits, torch.tensor([1.0]))
     assert torch.isfinite(kept).all()
 
 

@@ -6,14 +6,15 @@ import copy
 
 import torch
 
-from agentic_rl.backends.hf import SAMPLING_BLOCK, HFGenerator, _sample, _top_p_filter
+from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.sampling import SAMPLING_BLOCK, draw_tokens, top_p_filter
 from agentic_rl.types import SamplingParams
 
 
 def test_inverse_cdf_sampling_matches_the_probabilities() -> None:
     probs = torch.tensor([[0.1, 0.0, 0.6, 0.3]]).expand(20_000, -1)
     u = torch.rand(20_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    counts = torch.bincount(_sample(probs, u), minlength=4).double() / 20_000
+    counts = torch.bincount(draw_tokens(probs, u), minlength=4).double() / 20_000
     assert counts[1] == 0  # a zero-probability token (outside top-p) is never drawn
     torch.testing.assert_close(
         counts, torch.tensor([0.1, 0.0, 0.6, 0.3]).double(), atol=0.012, rtol=0
@@ -28,7 +29,7 @@ def test_two_level_cdf_picks_the_token_of_the_one_level_cdf() -> None:
     logits[:, ::3] = float("-inf")  # a third of the tokens outside the nucleus
     probs = torch.softmax(logits, dim=-1)
     u = torch.rand(64, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    ours = _sample(probs, u)
+    ours = draw_tokens(probs, u)
     cdf = probs.double().cumsum(-1)
     reference = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(-1)
     assert torch.equal(ours, reference)
@@ -43,23 +44,25 @@ def test_zero_probability_tokens_are_never_drawn() -> None:
     probs[:, 5] = 1e-3
     probs[:, -1] = 1e-7
     probs = probs.repeat(250, 1)
-    drawn = _sample(probs, torch.rand(2000, generator=torch.Generator().manual_seed(0)).double())
+    drawn = draw_tokens(
+        probs, torch.rand(2000, generator=torch.Generator().manual_seed(0)).double()
+    )
     assert set(drawn.unique().tolist()) <= {5, SAMPLING_BLOCK, probs.shape[1] - 1}
 
 
 def test_a_rows_token_depends_only_on_its_own_probabilities_and_uniform() -> None:
     probs = torch.softmax(torch.randn(16, 1000, generator=torch.Generator().manual_seed(1)), -1)
     u = torch.rand(16, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
-    a = _sample(probs, u)
+    a = draw_tokens(probs, u)
     order = torch.randperm(16, generator=torch.Generator().manual_seed(2))
-    assert torch.equal(_sample(probs[order], u[order]), a[order]) and a.shape == (16,)
-    assert torch.equal(_sample(probs[3:5], u[3:5]), a[3:5])
+    assert torch.equal(draw_tokens(probs[order], u[order]), a[order]) and a.shape == (16,)
+    assert torch.equal(draw_tokens(probs[3:5], u[3:5]), a[3:5])
 
 
 def test_top_p_of_one_masks_nothing_and_skips_the_sort() -> None:
     logits = torch.randn(3, 50)
-    assert _top_p_filter(logits, torch.ones(3)) is logits
-    kept = torch.isfinite(_top_p_filter(logits, torch.tensor([1.0, 1.0, 0.5]))).sum(-1)
+    assert top_p_filter(logits, torch.ones(3)) is logits
+    kept = torch.isfinite(top_p_filter(logits, torch.tensor([1.0, 1.0, 0.5]))).sum(-1)
     assert kept[:2].tolist() == [50, 50] and 0 < int(kept[2]) < 50
 
 

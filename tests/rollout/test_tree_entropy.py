@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from agentic_rl.backends.hf import HFGenerator, sampling_entropy
+from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.sampling import sampling_entropy
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import RolloutConfig, TreeConfig
