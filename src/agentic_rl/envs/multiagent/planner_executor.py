@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 
+from agentic_rl.envs.multiagent import open_conversation
 from agentic_rl.envs.search.multihop import (
     BRIDGE_HINTS,
     get_multihop_search_tool,
@@ -37,7 +38,7 @@ from agentic_rl.envs.search.multihop import (
 from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import EnvActionTool
-from agentic_rl.types import Action, Message, Observation, StepResult, Task
+from agentic_rl.types import Action, Observation, StepResult, Task
 
 __all__ = ["PlannerExecutorEnv", "make_multihop_tasks"]
 
@@ -103,7 +104,7 @@ class PlannerExecutorEnv:
             lines.append("No sub-questions are left: answer now.")
         if note:
             lines.append(f"Your previous reply was rejected: {note}.")
-        return self._open(PLANNER, PLANNER_PROMPT, "\n\n".join(lines))
+        return open_conversation(PLANNER, PLANNER_PROMPT, "\n\n".join(lines))
 
     def _executor(self, note: str = "") -> Observation:
         text = f"Task: {self.subquestion}"
@@ -111,15 +112,7 @@ class PlannerExecutorEnv:
             text += f"\n\nSearch results:\n{self.results}\n\nReport the fact with <report>."
         if note:
             text += f"\n\nYour previous reply was rejected: {note}."
-        return self._open(EXECUTOR, EXECUTOR_PROMPT, text)
-
-    @staticmethod
-    def _open(role: str, system: str, user: str) -> Observation:
-        messages: list[Message] = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ]
-        return Observation(messages=messages, role=role)
+        return open_conversation(EXECUTOR, EXECUTOR_PROMPT, text)
 
     def role(self) -> str:
         """The role whose conversation is open."""

@@ -32,10 +32,10 @@ from __future__ import annotations
 import hashlib
 
 from agentic_rl.envs.math.calculator import make_calculator_tasks, parse_number
-from agentic_rl.envs.multiagent import role_reward_key
+from agentic_rl.envs.multiagent import open_conversation, role_reward_key
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.tools.calculator import evaluate
-from agentic_rl.types import Action, Message, Observation, StepResult, Task
+from agentic_rl.types import Action, Observation, StepResult, Task
 
 __all__ = ["SolverVerifierEnv", "make_calculator_tasks"]
 
@@ -101,7 +101,7 @@ class SolverVerifierEnv:
             lines.append(f"Calculator: {self.calc}\n\nNow write <answer>number</answer>.")
         if note:
             lines.append(f"Your previous reply was rejected: {note}.")
-        return _open(SOLVER, SOLVER_PROMPT, "\n\n".join(lines))
+        return open_conversation(SOLVER, SOLVER_PROMPT, "\n\n".join(lines))
 
     def _verifier(self, note: str = "") -> Observation:
         assert self.task is not None
@@ -113,7 +113,7 @@ class SolverVerifierEnv:
             )
         if note:
             lines.append(f"Your previous reply was rejected: {note}.")
-        return _open(VERIFIER, VERIFIER_PROMPT, "\n\n".join(lines))
+        return open_conversation(VERIFIER, VERIFIER_PROMPT, "\n\n".join(lines))
 
     def role(self) -> str:
         """The role whose conversation is open."""
@@ -212,11 +212,3 @@ class SolverVerifierEnv:
             return f"<calc>{expression}</calc>"
         verdict = ACCEPT if self._is_correct(self.proposals[-1]) else REJECT
         return f"<verdict>{verdict}</verdict>"
-
-
-def _open(role: str, system: str, user: str) -> Observation:
-    messages: list[Message] = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": user},
-    ]
-    return Observation(messages=messages, role=role)
