@@ -56,6 +56,7 @@ _PAGE = """<!DOCTYPE html>
       <span><label for="f-run">run</label> <select id="f-run"><option value="">all runs</option></select></span>
       <span><label for="f-split">split</label> <select id="f-split"><option value="">all</option></select></span>
       <span><label for="f-step">step</label> <select id="f-step"></select></span>
+      <span><label for="f-role">role</label> <select id="f-role"><option value="">all</option></select></span>
       <span><label for="f-group">group</label>
         <input id="f-group" list="groups" placeholder="group id contains"><datalist id="groups"></datalist></span>
       <span><label for="f-rmin">reward</label> <input id="f-rmin" type="number" step="any" placeholder="min">

@@ -29,6 +29,8 @@ empty. A record holds:
                            its step reward and the parsed action (tool call, answer, error)
     tree                   tree rollouts (rollout.tree): {"id", "leaf", "parent", "shared_turns",
                            "shared_tokens"}, the leaf's place in its tree; null otherwise
+    role                   multi-agent envs: the role that wrote the sample's turns (each role's
+                           turns are their own samples of the episode); null with one agent
 
 Floats are rounded to 4 decimals. Records start with `{"step": S, "split": "..."` so a reader can
 skip a record without parsing it (`read_trajectories(..., keep=...)`).
@@ -214,6 +216,7 @@ class TrajectoryLog:
                 "shared_turns": t.tree.shared_turns,
                 "shared_tokens": t.tree.shared_tokens,
             },
+            "role": t.role or None,
         }
 
     def _turns(self, t: Trajectory, pieces: list[str]) -> list[dict[str, Any]]:

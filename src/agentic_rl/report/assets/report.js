@@ -300,8 +300,12 @@ function setupExplorer() {
   const splits = [...new Set(ALL.map((a) => a.t.split))];
   splits.forEach((s) => f("f-split").appendChild(option(s)));
   if (splits.includes("train")) f("f-split").value = "train";
+  // multi-agent runs: each role's turns are their own samples; a filter by role
+  const roles = [...new Set(ALL.map((a) => a.t.role).filter((role) => role))];
+  roles.forEach((role) => f("f-role").appendChild(option(role)));
+  if (!roles.length) f("f-role").parentElement.style.display = "none";
   ["f-run", "f-split"].forEach((id) => f(id).addEventListener("change", () => { fillSteps(); applyFilters(); }));
-  ["f-step", "f-success", "f-trained"].forEach((id) => f(id).addEventListener("change", () => {
+  ["f-step", "f-role", "f-success", "f-trained"].forEach((id) => f(id).addEventListener("change", () => {
     if (id === "f-step") fillGroups();
     applyFilters();
   }));
@@ -345,11 +349,13 @@ function fillGroups() {
 function applyFilters() {
   const v = (id) => document.getElementById(id).value;
   const step = v("f-step"), group = v("f-group").trim(), success = v("f-success"), trained = v("f-trained");
+  const role = v("f-role");
   const rmin = v("f-rmin") === "" ? -Infinity : Number(v("f-rmin"));
   const rmax = v("f-rmax") === "" ? Infinity : Number(v("f-rmax"));
   state.rows = baseRows().filter(({ t }) =>
     (step === "" || t.step === Number(step))
     && (!group || t.group_id.includes(group))
+    && (role === "" || t.role === role)
     && t.reward >= rmin && t.reward <= rmax
     && (success === "" || (success === "1") === (t.success >= 1))
     && (trained === "" || String(t.trained) === trained));
@@ -367,7 +373,8 @@ function renderList() {
       "data-index": a.i, onclick: () => openTrajectory(a) },
       RUNS.length > 1 ? el("td", { class: "l" }, el("span", { class: "swatch", style: `background:${runColor(a.r)}` })) : null,
       el("td", { text: String(t.step) }), el("td", { class: "l", text: t.split }),
-      el("td", { class: "l group", text: t.group_id, title: `${t.group_id} (task ${t.task_id})` }),
+      el("td", { class: "l group", text: t.role ? `${t.group_id} · ${t.role}` : t.group_id,
+        title: `${t.group_id} (task ${t.task_id})` }),
       el("td", { text: fmt(t.reward) }),
       el("td", { class: t.success >= 1 ? "ok" : "bad", text: t.success >= 1 ? "yes" : "no" }),
       el("td", { text: String(t.turns.length) }), el("td", { text: String(t.ids.length) }),
@@ -504,6 +511,16 @@ function renderTree(a, peers) {
     ` (${leaves.length} leaves sampled into the log)`, ...rows);
 }
 
+// Multi-agent episodes: the samples of this trajectory's episode (among the sampled records) in
+// the order the roles wrote them, each its own conversation.
+function renderRoles(a, peers) {
+  const samples = peers.filter((b) => b.t.episode === a.t.episode).sort((x, y) => x.t.sample - y.t.sample);
+  const steps = samples.map((b, k) => [k ? " → " : "", el("a", { class: b === a ? "current" : "",
+    onclick: () => openTrajectory(b), text: `${b.t.role || "?"} (${b.t.turns.length} turns)` })]);
+  return el("div", { class: "peers note roles" }, el("b", { text: `episode #${a.t.episode}` }),
+    ` (${samples.length} conversations sampled into the log): `, ...steps.flat());
+}
+
 function renderDetail(a) {
   const { t } = a, run = RUNS[a.r];
   const box = document.getElementById("detail");
@@ -512,6 +529,7 @@ function renderDetail(a) {
     RUNS.length > 1 ? el("span", {}, el("span", { class: "swatch", style: `background:${runColor(a.r)}` }), run.name) : null,
     el("span", {}, el("b", { text: "step " }), String(t.step), ` (${t.split})`),
     el("span", {}, el("b", { text: "group " }), t.group_id),
+    t.role ? el("span", {}, el("b", { text: "role " }), t.role) : null,
     el("span", {}, el("b", { text: "task " }), t.task_id),
     el("span", {}, el("b", { text: "reward " }), fmt(t.reward)),
     el("span", {}, el("b", { text: "step rewards " }), t.step_rewards.map((r) => fmt(r)).join(", ") || "—"),
@@ -523,7 +541,9 @@ function renderDetail(a) {
   const peers = ALL.filter((b) => b.r === a.r && b.t.step === t.step && b.t.split === t.split && b.t.group_id === t.group_id);
   const peerBox = peers.length > 1 ? el("div", { class: "peers note" }, "group: ",
     peers.map((b) => el("a", { class: b === a ? "current" : "", onclick: () => openTrajectory(b),
-      text: `#${b.t.episode}${b.t.sample ? "." + b.t.sample : ""} r=${fmt(b.t.reward, 2)}` }))) : null;
+      text: `#${b.t.episode}${b.t.sample ? "." + b.t.sample : ""}${b.t.role ? " " + b.t.role : ""}`
+        + ` r=${fmt(b.t.reward, 2)}` }))) : null;
+  const rolesBox = t.role ? renderRoles(a, peers) : null;
   const treeBox = t.tree ? renderTree(a, peers) : null;
   const legend = el("div", { class: "legend" }, mode.legend);
   const tokens = el("div", { class: "tokens", id: "tokens" });
@@ -556,7 +576,7 @@ function renderDetail(a) {
     }
   });
   if (cursor < t.ids.length) tokens.appendChild(el("div", { class: "seg" }, tokenSpans(a, cursor, t.ids.length, mode.color)));
-  box.replaceChildren(head, peerBox || "", treeBox || "", legend, mode.note ? el("p", { class: "note", text: mode.note }) : "", tokens);
+  box.replaceChildren(head, peerBox || "", rolesBox || "", treeBox || "", legend, mode.note ? el("p", { class: "note", text: mode.note }) : "", tokens);
 }
 
 function setupTooltip() {
