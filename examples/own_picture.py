@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from agentic_rl.model.vision import ImageError, image_ref
+from agentic_rl.model.images import ImageError, image_ref
 from agentic_rl.types import Observation
 
 

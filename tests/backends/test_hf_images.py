@@ -11,9 +11,10 @@ from torch import nn
 
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.images import save_image
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.tokens import encode_prompt
-from agentic_rl.model.vision import never_sampled_ids, save_image, spec_of_dir, vision_inputs
+from agentic_rl.model.vision import never_sampled_ids, spec_of_dir, vision_inputs
 from agentic_rl.types import SamplingParams
 
 

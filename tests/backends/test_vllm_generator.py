@@ -22,15 +22,10 @@ from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model import load as model_load
 from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.images import ImageError, save_image
 from agentic_rl.model.load import load_policy, load_tokenizer
 from agentic_rl.model.tokens import encode_prompt
-from agentic_rl.model.vision import (
-    IMAGE_TOKEN,
-    VISION_TOKENS,
-    ImageError,
-    save_image,
-    spec_of_dir,
-)
+from agentic_rl.model.vision import IMAGE_TOKEN, VISION_TOKENS, spec_of_dir
 from agentic_rl.types import SamplingParams
 
 

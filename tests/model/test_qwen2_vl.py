@@ -13,6 +13,7 @@ from PIL import Image
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.graft import freeze_text_model
+from agentic_rl.model.images import save_image
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.tokens import encode_prompt
 from agentic_rl.model.vision import (
@@ -21,7 +22,6 @@ from agentic_rl.model.vision import (
     image_placeholder,
     mrope_positions,
     never_sampled_ids,
-    save_image,
     spec_of_dir,
     vision_inputs,
 )

@@ -10,13 +10,8 @@ from PIL import Image
 
 from agentic_rl.errors import UserInputError
 from agentic_rl.formats.chat import TagFormat, with_images
-from agentic_rl.model.vision import (
-    ImageError,
-    Qwen2VLSpec,
-    image_ref,
-    load_image,
-    save_image,
-)
+from agentic_rl.model.images import ImageError, image_ref, load_image, save_image
+from agentic_rl.model.vision import Qwen2VLSpec
 from agentic_rl.types import ImageRef, Observation
 
 

@@ -13,16 +13,13 @@ from PIL import Image
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.graft import freeze_text_model, graft_vlm
+from agentic_rl.model.images import ImageError, load_image, save_image, shown_image
 from agentic_rl.model.load import load_policy, tiny_model, token_logprobs
 from agentic_rl.model.vision import (
     IMAGE_TOKEN,
     Idefics3Spec,
-    ImageError,
-    load_image,
     never_sampled_ids,
     preprocess,
-    save_image,
-    shown_image,
     spec_of_dir,
     vision_inputs,
 )

@@ -21,8 +21,9 @@ from agentic_rl.config.load import load_config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import forward_no_grad
 from agentic_rl.logging import read_metrics
+from agentic_rl.model.images import load_image, save_image
 from agentic_rl.model.tokens import encode_text
-from agentic_rl.model.vision import IMAGE_TOKEN, load_image, save_image, spec_of_dir
+from agentic_rl.model.vision import IMAGE_TOKEN, spec_of_dir
 from agentic_rl.rollout.actors import policy_actor
 from agentic_rl.train.collect import play
 from agentic_rl.train.setup import build

@@ -20,7 +20,8 @@ from agentic_rl.config.load import load_config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import forward_no_grad
 from agentic_rl.logging import read_metrics
-from agentic_rl.model.vision import IMAGE_TOKEN, load_image, save_image, spec_of_dir
+from agentic_rl.model.images import load_image, save_image
+from agentic_rl.model.vision import IMAGE_TOKEN, spec_of_dir
 from agentic_rl.train.collect import rollout
 from agentic_rl.train.setup import build
 

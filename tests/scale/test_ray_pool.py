@@ -220,9 +220,10 @@ def test_generator_actor_sees_the_pictures(cluster, tiny_vlm_dir, tmp_path):
 
     from agentic_rl.backends.hf import HFGenerator
     from agentic_rl.config.rollout import ModelConfig
+    from agentic_rl.model.images import save_image
     from agentic_rl.model.load import load_policy
     from agentic_rl.model.tokens import encode_prompt
-    from agentic_rl.model.vision import image_placeholder, save_image
+    from agentic_rl.model.vision import image_placeholder
     from agentic_rl.types import SamplingParams
 
     policy, tok = load_policy(ModelConfig(name=str(tiny_vlm_dir)))

@@ -68,9 +68,10 @@ from torch import nn
 from agentic_rl.backends.streams import row_keys
 from agentic_rl.config.schema import Config
 from agentic_rl.model.errors import ModelLoadError
+from agentic_rl.model.images import shown_image
 from agentic_rl.model.load import TINY_NAME, model_dir
 from agentic_rl.model.lora import merged_copy, save_adapter
-from agentic_rl.model.vision import Idefics3Spec, shown_image, spec_of_dir
+from agentic_rl.model.vision import Idefics3Spec, spec_of_dir
 from agentic_rl.types import Completion, ImageRef, SamplingParams
 
 # The values vLLM accepts for `max_lora_rank`; the engine is sized to the smallest that fits.

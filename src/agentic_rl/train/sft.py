@@ -238,7 +238,7 @@ def save_trajectories(path: str | Path, trajectories: list[Trajectory]) -> None:
                 "reward": t.reward,
                 "task_id": t.task_id,
             }
-            if t.images:  # by reference: the file and its hash (model/vision.py)
+            if t.images:  # by reference: the file and its hash (model/images.py)
                 record["images"] = [{"path": i.path, "sha256": i.sha256} for i in t.images]
             fh.write(json.dumps(record) + "\n")
 

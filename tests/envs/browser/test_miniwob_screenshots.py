@@ -94,7 +94,8 @@ def test_screenshots_reach_a_vision_language_policy(tmp_path, tiny_vlm_dir):
     from agentic_rl.config.load import load_config
     from agentic_rl.learner.batch import collate
     from agentic_rl.learner.update import forward_no_grad
-    from agentic_rl.model.vision import IMAGE_TOKEN, save_image, spec_of_dir
+    from agentic_rl.model.images import save_image
+    from agentic_rl.model.vision import IMAGE_TOKEN, spec_of_dir
     from agentic_rl.train.collect import rollout
     from agentic_rl.train.setup import build
 

@@ -14,7 +14,7 @@ from agentic_rl.envs.base import check_env
 from agentic_rl.envs.embodied.house import DELTAS, HouseMap
 from agentic_rl.envs.embodied.house_render import render_house
 from agentic_rl.envs.embodied.navigation import VIEW_NOTE, NavigationEnv, make_vln_tasks
-from agentic_rl.model.vision import load_image
+from agentic_rl.model.images import load_image
 from agentic_rl.types import Action, ImageRef
 
 AGENT = (30, 60, 220)

@@ -20,7 +20,7 @@ from agentic_rl.envs.vision.scenes import (
     scene_of,
     scene_split,
 )
-from agentic_rl.model.vision import load_image
+from agentic_rl.model.images import load_image
 from agentic_rl.types import Action
 
 

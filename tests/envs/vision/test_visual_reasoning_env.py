@@ -16,7 +16,7 @@ from agentic_rl.envs.vision.reasoning import (
     reason,
 )
 from agentic_rl.envs.vision.scenes import CELL, COLOURS, scene_of
-from agentic_rl.model.vision import load_image
+from agentic_rl.model.images import load_image
 from agentic_rl.types import Action, Task
 
 

@@ -14,7 +14,7 @@ from agentic_rl.envs.vision.visual_tools import (
     make_visual_tool_tasks,
 )
 from agentic_rl.formats.chat import TagFormat
-from agentic_rl.model.vision import load_image
+from agentic_rl.model.images import load_image
 from agentic_rl.tools.base import ToolError
 from agentic_rl.tools.image_tools import RED, parse_box, parse_line, zoom
 from agentic_rl.types import Action

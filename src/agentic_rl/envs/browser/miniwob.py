@@ -36,7 +36,7 @@ Screenshots (`screenshots=True`, for a vision-language policy): every observatio
 the page as the browser draws it (`get_screenshot_as_png`), cropped to MiniWoB's task area (the
 160 x 210 `#wrap`; the rest of the window is empty), resized to `screenshot_size` (width x
 height, default 160 x 210, the task area at CSS scale) and stored by
-content hash (model/vision.py `save_image`) under `image_dir` as an `ImageRef`; the text says a
+content hash (model/images.py `save_image`) under `image_dir` as an `ImageRef`; the text says a
 screenshot follows (the chat format puts the image placeholders after it). Off by default: the
 text policy pays nothing for it.
 """
@@ -64,7 +64,7 @@ from agentic_rl.envs.browser.experts import EXPERTS, ExpertError
 from agentic_rl.envs.browser.page import Snapshot, take_snapshot
 from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.vision.scenes import default_image_dir
-from agentic_rl.model.vision import save_image
+from agentic_rl.model.images import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]

@@ -44,7 +44,7 @@ chunks are the SFT data, and its next actions are the TDR's ground truth.
 Rendered observations (`render="image"`, for a vision-language policy; default "text"): every
 observation also carries a top-down picture of the current state (house_render.py
 `render_house`, a fixed `image_size` square whatever the house's size). It is stored by content
-hash (model/vision.py `save_image`) under `image_dir` as an `ImageRef`; the text keeps the
+hash (model/images.py `save_image`) under `image_dir` as an `ImageRef`; the text keeps the
 state description and says a picture follows. The goal is not marked: the instruction names it,
 as in the text observation.
 """
@@ -74,7 +74,7 @@ from agentic_rl.envs.embodied.house import (
 )
 from agentic_rl.envs.embodied.house_render import render_house
 from agentic_rl.envs.vision.scenes import default_image_dir
-from agentic_rl.model.vision import save_image
+from agentic_rl.model.images import save_image
 from agentic_rl.rewards.time_decay import normalized_time_decay_reward, time_decay_reward
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 

@@ -11,7 +11,7 @@
   text that says nothing about where anything is, so choosing a move means reading the image
   (Visual Planning's "actions chosen from rendered image states").
 
-Images are rendered with PIL, stored by content hash (model/vision.py `save_image`) under
+Images are rendered with PIL, stored by content hash (model/images.py `save_image`) under
 `image_dir` (default: the model cache's `images/`) and travel as `ImageRef`s; each 80 x 80 image
 has one 16 x 16 cell per vision patch of the grafted tower.
 """
@@ -27,8 +27,8 @@ from typing import Any, Literal
 from agentic_rl.envs.base import check_steppable
 from agentic_rl.envs.games.gridworld import MOVE_TOOL, SIZE, GridWorldEnv, make_gridworld_tasks
 from agentic_rl.envs.splits import split_of
+from agentic_rl.model.images import save_image
 from agentic_rl.model.load import cache_root
-from agentic_rl.model.vision import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 Split = Literal["train", "eval"]

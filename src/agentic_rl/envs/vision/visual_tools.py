@@ -46,7 +46,7 @@ from agentic_rl.envs.vision.scenes import (
     checked_question_kinds,
     default_image_dir,
 )
-from agentic_rl.model.vision import load_image, save_image
+from agentic_rl.model.images import load_image, save_image
 from agentic_rl.tools.base import ToolError
 from agentic_rl.tools.image_tools import (
     TOOLS,
