@@ -44,7 +44,8 @@ from agentic_rl.envs.benchmarks.textworld_express import (
     TextWorldExpressEnv,
     make_textworld_express_tasks,
 )
-from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
+from agentic_rl.envs.browser.miniwob import MiniWoBEnv
+from agentic_rl.envs.browser.suite import make_miniwob_tasks
 from agentic_rl.envs.code.repair import CodeRepairEnv, make_code_repair_tasks
 from agentic_rl.envs.code.self_play import CodeSelfPlayEnv, make_self_play_tasks
 from agentic_rl.envs.embodied.manipulation import ManipulationEnv, make_manipulation_tasks

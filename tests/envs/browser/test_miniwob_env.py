@@ -21,8 +21,9 @@ from agentic_rl.envs.browser.actions import (
     parse_browser_action,
 )
 from agentic_rl.envs.browser.driver import BrowserPool, browser_available
-from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks
+from agentic_rl.envs.browser.miniwob import MiniWoBEnv
 from agentic_rl.envs.browser.page import Element, Snapshot
+from agentic_rl.envs.browser.suite import make_miniwob_tasks
 from agentic_rl.envs.registry import make_env, task_generator
 from agentic_rl.types import Action
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agentic_rl.envs.browser.driver import BrowserPool, browser_available
-from agentic_rl.envs.browser.miniwob import SCREENSHOT_NOTE, MiniWoBEnv, make_miniwob_tasks
+from agentic_rl.envs.browser.miniwob import SCREENSHOT_NOTE, MiniWoBEnv
+from agentic_rl.envs.browser.suite import make_miniwob_tasks
 from agentic_rl.types import Action, ImageRef
 
 needs_browser = pytest.mark.skipif(

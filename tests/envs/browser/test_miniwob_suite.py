@@ -13,7 +13,8 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.envs.browser.driver import browser_available
-from agentic_rl.envs.browser.miniwob import MiniWoBEnv, make_miniwob_tasks, suite_names
+from agentic_rl.envs.browser.miniwob import MiniWoBEnv
+from agentic_rl.envs.browser.suite import make_miniwob_tasks, suite_names
 from agentic_rl.model.tokens import encode_text
 from agentic_rl.train import collect
 from agentic_rl.types import Action, Completion
