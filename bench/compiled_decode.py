@@ -8,7 +8,8 @@ with its fast paths chosen by measurement; fp32) two generators share the model:
 - `today`: `HFGenerator(compiled_decode="never")`, the model's forward over a DynamicCache;
 - `compiled`: `HFGenerator(compiled_decode="always")`, backends/compiled.py's compiled decoder
   layer over a preallocated KV cache (its first call compiles: `compile_s`; its one-time check
-  against the forward: `max_logprob_diff`).
+  against the forward: `max_logprob_diff`, and each path's sampled-token logprob error from the
+  float32 model, `sampled_error`; a refused compiled step is reported as such, with no speed-up).
 
 A step's time is the gap between the starts of consecutive decoding steps
 (`HFGenerator._decode_step`, which both paths go through): forward + sampling + bookkeeping,
@@ -126,6 +127,9 @@ def measure_precision(
             "fraction_of_bandwidth": gb_s / limits["bandwidth_gb_s"],
             "fraction_of_peak_gemm": gflop_s / peak,
         } | setup[arm]
+    # A refused compiled step (it failed to compile or disagreed with the forward) decodes on
+    # the forward: its arm then times the forward twice, and no speed-up is claimed.
+    used = bool((setup["compiled"]["compiled_decode"] or {}).get("used"))
     return {
         "precision": precision,
         "rows": len(prompts),
@@ -133,7 +137,8 @@ def measure_precision(
         "min_bytes": cost["bytes"],
         "flops": cost["flops"],
         "arms": arms_out,
-        "speedup": arms_out["today"]["step_ms"] / arms_out["compiled"]["step_ms"],
+        "compiled_used": used,
+        "speedup": arms_out["today"]["step_ms"] / arms_out["compiled"]["step_ms"] if used else None,
         "greedy_agree": agree / len(prompts),
     }
 
@@ -211,10 +216,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"({100 * a['fraction_of_peak_gemm']:.0f}%) | "
                 f"{'' if compile_s is None else f'{compile_s:.1f}'} |"
             )
-        print(
-            f"{res['precision']}: speedup {res['speedup']:.2f}x, greedy agree "
-            f"{100 * res['greedy_agree']:.0f}%"
-        )
+        decided = res["arms"]["compiled"]["compiled_decode"] or {}
+        if res["compiled_used"]:
+            print(
+                f"{res['precision']}: speedup {res['speedup']:.2f}x, greedy agree "
+                f"{100 * res['greedy_agree']:.0f}%, sampled-token logprob error vs the "
+                f"exact model {decided.get('sampled_error')}"
+            )
+        else:
+            print(f"{res['precision']}: compiled step refused ({decided.get('chosen_by')})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2, default=str) + "\n")
     print(f"wrote {args.out} ({record['wall_s']:.0f} s)")

@@ -331,3 +331,45 @@ def test_inductor_compiles_it_once_for_every_layer_and_batch(tiny, tokenizer):
     assert record["used"] and record["compile_s"] > 0
     assert record["max_logprob_diff"] < 1e-4
     assert counters["stats"]["unique_graphs"] <= 2
+
+
+def test_sampled_logprob_error_by_hand():
+    """E_{v ~ p_exact} |log p(v) - log p_exact(v)|, the largest over rows: exact (1/2, 1/2) vs
+    (3/4, 1/4) gives (ln 1.5 + ln 2) / 2; an identical row gives 0."""
+    exact = torch.tensor([[0.0, 0.0], [1.0, 2.0]])
+    other = torch.tensor([[float(torch.log(torch.tensor(3.0))), 0.0], [1.0, 2.0]])
+    expected = (torch.log(torch.tensor(1.5)) + torch.log(torch.tensor(2.0))).item() / 2
+    assert compiled.sampled_logprob_error(exact, other) == pytest.approx(expected, abs=1e-6)
+    assert compiled.sampled_logprob_error(exact[1:], other[1:]) == 0.0
+
+
+def test_the_check_runs_on_the_models_own_kv(tiny):
+    """The probe's context is the model's own prefill: its KV is what the forward computes for
+    the prompt (not random keys and values), left padding in every other row."""
+    probe = compiled.Probe.make(tiny.config.vocab_size, rows=4, context=12)
+    assert probe.prompt_attn[::2, 0].eq(0).all() and probe.prompt_attn[1::2].eq(1).all()
+    assert probe.positions.flatten().tolist() == [11, 12, 11, 12]  # real tokens before it
+
+    calls = []
+
+    def forward(ids, attn, positions, cache):
+        calls.append(ids.shape)
+        out = tiny(input_ids=ids, attention_mask=attn, position_ids=positions, cache=cache)
+        return out.logits[:, -1].float()
+
+    kv = probe.own_kv(forward)
+    assert calls == [(4, 12)] and len(kv) == tiny.config.num_hidden_layers
+    assert kv[0][0].shape[2] == 12 and kv[0][0].abs().sum() > 0
+
+
+def test_a_bf16_copy_is_checked_against_the_float32_policy(tiny, tokenizer, eager_step):
+    """With mixed_precision=bf16 both paths are measured against the float32 policy: the
+    forward's own bf16 error is nonzero and the compiled step (here `layer_step` run eagerly,
+    the same arithmetic) is within the allowance of it, so it is used."""
+    gen = HFGenerator(tiny, tokenizer, compiled_decode="always", mixed_precision="bf16")
+    gen.generate(prompts(tokenizer)[:2], SamplingParams(max_new_tokens=2, temperature=0))
+    record = gen.compiled_decode
+    assert record["used"], record
+    errors = record["sampled_error"]
+    assert errors["forward"] > 0  # bf16 vs the float32 policy: the exact model is the policy
+    assert errors["compiled"] <= compiled.AGREEMENT_FACTOR * errors["forward"] + 0.15

@@ -373,8 +373,10 @@ class HFGenerator:
         model = self._compute_model()
         if self._decoder_model is not model:
             rows = max(1, min(self.max_batch_size, 16))
+            # A bf16 compute copy is checked against the float32 policy it was cast from.
+            exact = self._exact_step if model is not self.model else None
             self._decoder, self.compiled_decode = choose_compiled_decode(
-                model, self.compiled_decode_mode, rows, self._reference_step
+                model, self.compiled_decode_mode, rows, self._reference_step, exact=exact
             )
             self._decoder_model = model
         if self._decoder is not None and self._decoder.broken:
@@ -386,6 +388,12 @@ class HFGenerator:
     ) -> torch.Tensor:
         """A decoding step on the model's forward: float32 logits [B, V] of the last position."""
         return self._forward(ids, attn, positions, cache).logits[:, -1, :].float()
+
+    def _exact_step(
+        self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """`_reference_step` on the float32 policy itself rather than its bf16 compute copy."""
+        return self._forward(ids, attn, positions, cache, model=self.model).logits[:, -1].float()
 
     def _decode_step(
         self,
@@ -413,11 +421,13 @@ class HFGenerator:
         positions: torch.Tensor,
         cache: Any,
         extra: dict[str, torch.Tensor] | None = None,
+        model: nn.Module | None = None,
     ) -> Any:
+        """The forward of `model` (default: the compute model) over `cache`."""
         kwargs: dict[str, Any] = {self._cache_kw: cache, **(extra or {})}
         if self._keep_kw:  # only the last position's logits: the prefill never builds [N, T, V]
             kwargs[self._keep_kw] = 1
-        return self._compute_model()(
+        return (model or self._compute_model())(
             input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **kwargs
         )
 
