@@ -21,6 +21,7 @@ from agentic_rl.backends.compiled import CompiledDecoder, StaticKV, choose_compi
 from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_step
 from agentic_rl.backends.kv_store import Hit, KVStore, load_past, row_kv
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
+from agentic_rl.backends.requests import params_per_prompt
 from agentic_rl.backends.sampling import sample_step, sampling_entropy
 from agentic_rl.backends.streams import row_keys, stream_key, uniforms
 from agentic_rl.config.validate_engines import COMPILED_DECODE
@@ -166,12 +167,7 @@ class HFGenerator:
         params: SamplingParams | Sequence[SamplingParams],
         images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
-        if isinstance(params, SamplingParams):
-            params = [params] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        if images is not None and len(images) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists")
+        params = params_per_prompt(prompts, params, images)
         self._kv_store.note_rows(len(prompts))  # the store's bound (`KVStore.fit`)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):

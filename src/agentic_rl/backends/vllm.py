@@ -65,6 +65,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentic_rl.backends.requests import params_per_prompt
 from agentic_rl.backends.streams import row_keys
 from agentic_rl.config.schema import Config
 from agentic_rl.model.errors import ModelLoadError
@@ -328,12 +329,7 @@ class VLLMGenerator:
         params: SamplingParams | Sequence[SamplingParams],
         images: Sequence[Sequence[ImageRef]] | None = None,
     ) -> list[Completion]:
-        if isinstance(params, SamplingParams):
-            params = [params] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        if images is not None and len(images) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists")
+        params = params_per_prompt(prompts, params, images)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: a prompt needs at least one token")
         if not prompts:
