@@ -132,6 +132,10 @@ class KVStore:
         best, continued = Hit(), []
         tokens = np.asarray(prompt, dtype=np.int64)
         for fed, kv in self._entries.items():
+            if not self.cut_prefixes and (
+                len(fed) > len(prompt) or prompt[len(fed) - 1] != fed[-1]
+            ):
+                continue  # not a prefix of the prompt, and only a cut could reuse a part of it
             shared = common_prefix(tokens, self._tokens[fed])
             seen = self._pictures.get(fed, ())
             if shared < len(fed) or pictures[: len(seen)] != seen:  # a part, or other pictures
