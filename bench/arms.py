@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +86,35 @@ def run_arms(
     arms: dict[str, list[str]],
     train_keys: Sequence[str],
     header: dict[str, Any],
+    summarise: Callable[[dict[str, Any]], dict[str, float | None]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every (seed, arm) of `args` not yet in `args.out`, the file rewritten after each run;
-    returns results[arm][str(seed)]."""
+    returns results[arm][str(seed)]. With `summarise` (one run -> its numbers) the file also
+    holds "summary": {arm: {key: the mean over the arm's seeds, "seeds": n}}, the numbers a
+    docs page shows; a rerun with every run already in the file only rewrites it."""
     results: dict[str, dict[str, Any]] = {}
     if args.out.is_file():  # resume: keep the arms and seeds already measured
         results = json.loads(args.out.read_text()).get("results", {})
+
+    def write() -> None:
+        record = {
+            "command": " ".join(sys.argv),
+            "recipe": args.recipe,
+            "steps": args.steps,
+            "eval_every": args.eval_every,
+            **header,
+            "arms": {a: arms[a] for a in results},
+            "machine": platform.platform(),
+            "results": results,
+        }
+        if summarise is not None:
+            record["summary"] = {
+                arm: arm_summary([summarise(run) for run in seeds.values()])
+                for arm, seeds in results.items()
+            }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1))
+
     with tempfile.TemporaryDirectory(prefix="arms-") as tmp:
         for seed in args.seeds:
             for arm in args.arms:
@@ -100,19 +123,21 @@ def run_arms(
                 print(f"[{arm} seed {seed}]", flush=True)
                 run = run_arm(args, arm, arms[arm], seed, Path(tmp), train_keys)
                 results.setdefault(arm, {})[str(seed)] = run
-                record = {
-                    "command": " ".join(sys.argv),
-                    "recipe": args.recipe,
-                    "steps": args.steps,
-                    "eval_every": args.eval_every,
-                    **header,
-                    "arms": {a: arms[a] for a in results},
-                    "machine": platform.platform(),
-                    "results": results,
-                }
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(record, indent=1))
+                write()
+    if results:
+        write()
     return results
+
+
+def arm_summary(rows: list[dict[str, float | None]]) -> dict[str, float | int | None]:
+    """The mean of each key over an arm's per-seed summaries (seeds without it left out; None
+    where no seed has it), and "seeds": how many runs."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    out: dict[str, float | int | None] = {"seeds": len(rows)}
+    for key in keys:
+        values = [row[key] for row in rows if row.get(key) is not None]
+        out[key] = statistics.fmean(values) if values else None
+    return out
 
 
 def seed_mean(rows: list[dict[str, float | None]], key: str) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms import arm_parser, run_arms  # noqa: E402  (bench/ is scripts, not a package)
+from arms import arm_parser, arm_summary, run_arms  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "newer_losses.json"
 RESET = ["algo.clip_high=0.2"]  # the recipe's clip-higher is a knob of ppo/clip_cov only
@@ -64,6 +64,29 @@ def mean_of(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def summary(run: dict[str, Any]) -> dict[str, float | None]:
+    """One run's numbers: held-out success after the warm start and at the last evaluation, the
+    policy entropy at the first and the last step (a learner metric: absent on steps whose
+    update was skipped), and the per-step means of the clip fraction, the rollout / learner
+    mismatch and the share of tokens a rollout correction zeroed."""
+    before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
+    after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
+    entropy = [row["entropy"] for row in run["train"] if "entropy" in row]
+
+    def per_step(key: str) -> float | None:
+        return mean_of([row[key] for row in run["train"] if key in row])
+
+    return {
+        "before": before[-1] if before else None,
+        "success": after[-1] if after else None,
+        "entropy_first": entropy[0] if entropy else None,
+        "entropy_last": entropy[-1] if entropy else None,
+        "clip_frac": per_step("clip_frac"),
+        "mismatch_k3": per_step("mismatch_k3"),
+        "zeroed": per_step("rollout_correction_zeroed"),
+    }
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| arm | held-out success, last eval (mean of seeds) | train entropy, first -> last step"
@@ -71,23 +94,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for arm, seeds in results.items():
-        runs = list(seeds.values())
-        last = mean_of([r["eval"][-1]["success"] for r in runs if r["eval"]])
-        # entropy is a learner metric: absent on steps whose update was skipped
-        entropies = [[row["entropy"] for row in r["train"] if "entropy" in row] for r in runs]
-        first_h = mean_of([h[0] for h in entropies if h])
-        last_h = mean_of([h[-1] for h in entropies if h])
+        row = arm_summary([summary(run) for run in seeds.values()])
 
-        def avg(key: str, runs: list[dict[str, Any]] = runs) -> str:
-            vals = [row[key] for r in runs for row in r["train"] if key in row]
-            return f"{statistics.fmean(vals):.4f}" if vals else "-"
-
-        def num(x: float | None) -> str:
-            return "-" if x is None else f"{x:.3f}"
+        def num(key: str, digits: int = 3, row: dict[str, Any] = row) -> str:
+            return "-" if row[key] is None else f"{row[key]:.{digits}f}"
 
         lines.append(
-            f"| {arm} | {num(last)} | {num(first_h)} -> {num(last_h)} | {avg('clip_frac')} | "
-            f"{avg('mismatch_k3')} | {avg('rollout_correction_zeroed')} |"
+            f"| {arm} | {num('success')} | {num('entropy_first')} -> {num('entropy_last')} | "
+            f"{num('clip_frac', 4)} | {num('mismatch_k3', 4)} | {num('zeroed', 4)} |"
         )
     return "\n".join(lines)
 
@@ -95,7 +109,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 def main() -> None:
     parser = arm_parser(__doc__.split("\n")[0], ARMS, RESULTS)
     args = parser.parse_args()
-    results = run_arms(args, ARMS, TRAIN_KEYS, {"optimizer_steps_per_step": 2})
+    results = run_arms(args, ARMS, TRAIN_KEYS, {"optimizer_steps_per_step": 2}, summary)
     print(table(results))
 
 

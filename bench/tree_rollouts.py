@@ -81,8 +81,8 @@ def mean_of(values: list[float]) -> float | None:
 
 
 def summary(run: dict[str, Any]) -> dict[str, float | None]:
-    """Held-out success after RL, its change from the last evaluation before RL per million
-    decoded tokens, and the per-step means of decoded tokens, reused prompt tokens and
+    """Held-out success before RL (after the warm start) and after it, the change, that change per
+    million decoded tokens, and the per-step means of decoded tokens, reused prompt tokens and
     distinct trajectories."""
     before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
     after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
@@ -90,7 +90,9 @@ def summary(run: dict[str, Any]) -> dict[str, float | None]:
     gain = after[-1] - before[-1] if before and after else None
     millions = sum(r.get("decoded_tokens", 0.0) for r in steps) / 1e6
     return {
+        "before": before[-1] if before else None,
         "success": after[-1] if after else None,
+        "gain": gain,
         "gain_per_m_tokens": gain / millions if gain is not None and millions else None,
         "decoded_per_step": mean_of([r["decoded_tokens"] for r in steps if "decoded_tokens" in r]),
         "reused_per_step": mean_of(
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         if args.out == RESULTS:
             args.out = RESULTS.with_name("tree_rollouts_smoke.json")
             args.out.unlink(missing_ok=True)  # a look starts afresh
-    results = run_arms(args, ARMS, TRAIN_KEYS, {"optimizer_steps_per_step": 2})
+    results = run_arms(args, ARMS, TRAIN_KEYS, {"optimizer_steps_per_step": 2}, summary)
     print(table(results))
     return results
 

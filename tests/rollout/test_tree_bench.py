@@ -46,5 +46,8 @@ def test_the_smoke_bench_runs_the_entropy_arm_on_the_tiny_model(tmp_path):
         assert 1 <= step["distinct_trajectories"] <= 16
         assert step["reused_prompt_tokens"] > 0  # second turns continue their first's KV
         assert [e["split"] for e in results[arm]["0"]["eval"]][-1] == "eval"
+    summary = json.loads(out.read_text())["summary"]  # what the docs page shows, per arm
+    assert summary["grpo"]["seeds"] == 1
+    assert summary["grpo"]["decoded_per_step"] == results["grpo"]["0"]["train"][0]["decoded_tokens"]
     assert bench.main(argv) == results  # resumed: nothing left to run
     assert "| arpo |" in bench.table(results)
