@@ -13,6 +13,7 @@ from agentic_rl.algos.losses import (
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
     aggregate_loss,
+    clipped_surrogate,
     gspo_loss,
     kl_penalty,
     overlong_filter_mask,
@@ -401,3 +402,16 @@ def test_overlong_filter_mask_zeroes_truncated_rows_and_keeps_dtype():
 def test_policy_loss_table():
     assert POLICY_LOSSES["ppo"].fn is ppo_clip_loss and not POLICY_LOSSES["ppo"].sequence_level
     assert POLICY_LOSSES["gspo"].fn is gspo_loss and POLICY_LOSSES["gspo"].sequence_level
+
+
+def test_clipped_surrogate_by_hand():
+    """rho = 1.5, A = 1 (clip 0.2): max(-1.5, -1.2) = -1.2, clipped; rho = 0.5, A = 1:
+    max(-0.5, -0.8) = -0.5, not clipped; rho = 0.5, A = -1: max(0.5, 0.8) = 0.8, clipped;
+    rho = 1, A = 2: both -2, a tie, not clipped (its gradient is -A grad(rho))."""
+    ratio = torch.tensor([1.5, 0.5, 0.5, 1.0], requires_grad=True)
+    adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
+    loss, clipped = clipped_surrogate(ratio, adv, 0.2, 0.2)
+    assert loss.tolist() == pytest.approx([-1.2, -0.5, 0.8, -2.0])
+    assert clipped.tolist() == [True, False, True, False]
+    loss.sum().backward()
+    assert ratio.grad.tolist() == pytest.approx([0.0, -1.0, 0.0, -2.0])

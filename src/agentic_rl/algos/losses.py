@@ -67,6 +67,19 @@ def _kl_k3(x: Tensor) -> Tensor:
 KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _kl_k1, "k2": _kl_k2, "k3": _kl_k3}
 
 
+def clipped_surrogate(
+    ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's pessimistic clipped surrogate (Schulman et al. 2017, eq. 7), negated as a loss:
+    max(-rho A, -clip(rho, 1 - clip_low, 1 + clip_high) A), elementwise over any shape, and
+    where the clipped branch was taken (a bool tensor of the same shape). Chosen with `where`,
+    not `maximum`, so that on a tie the gradient is the plain -A grad(rho), not half of each."""
+    unclipped = -ratio * advantages
+    clipped_loss = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    clipped = clipped_loss > unclipped
+    return torch.where(clipped, clipped_loss, unclipped), clipped
+
+
 def ppo_clip_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -97,11 +110,7 @@ def ppo_clip_loss(
     log_ratio = torch.where(m, logprobs - old_logprobs, 0)
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     adv = torch.where(m, advantages, 0)
-    loss_unclipped = -ratio * adv
-    loss_clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
-    clipped = loss_clipped > loss_unclipped
-    # where (not maximum) so that on ties the gradient is the plain -A * rho, not half of each.
-    loss = torch.where(clipped, loss_clipped, loss_unclipped)
+    loss, clipped = clipped_surrogate(ratio, adv, clip_low, clip_high)
     if dual_clip:
         cap = -dual_clip * adv
         capped = (adv < 0) & (loss > cap)
@@ -235,10 +244,7 @@ def gspo_loss(
     seq_log_ratio = log_ratio.sum(dim=-1) / n_tokens.clamp_min(1).to(log_ratio.dtype)
     ratio = torch.exp(seq_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     adv = torch.where(has_token, advantages, 0)
-    loss_unclipped = -ratio * adv
-    loss_clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
-    clipped = loss_clipped > loss_unclipped
-    loss = torch.where(clipped, loss_clipped, loss_unclipped)
+    loss, clipped = clipped_surrogate(ratio, adv, clip_low, clip_high)
     return torch.where(has_token, loss, 0), clipped & has_token
 
 
