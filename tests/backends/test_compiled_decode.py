@@ -1,4 +1,5 @@
-"""The compiled decoding step (backends/compiled.py): the generator decodes through one compiled
+"""The compiled decoding step (backends/compiled.py; whether it is used: fast_paths.py's
+`choose_compiled_decode`): the generator decodes through one compiled
 Llama decoder layer over a preallocated KV cache and must give what the model's forward gives:
 same greedy tokens, logprobs within the generator tests' tolerance, stop strings, per-row
 budgets, rows leaving the batch, the KV kept for a next turn. The semantics are tested with
@@ -15,15 +16,15 @@ import pytest
 import torch
 from torch import nn
 
-from agentic_rl.backends import compiled
+from agentic_rl.backends import compiled, fast_paths
 from agentic_rl.backends.compiled import (
     StaticKV,
-    choose_compiled_decode,
     layer_step,
     rms_norm,
     rotate,
     unsupported_reason,
 )
+from agentic_rl.backends.fast_paths import choose_compiled_decode
 from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
@@ -253,7 +254,7 @@ def test_auto_keeps_the_faster_path(tiny, monkeypatch, compiled_s, used):
         )
 
     monkeypatch.setattr(compiled, "compiled_layer_step", lambda: timed)
-    monkeypatch.setattr(compiled, "MEASURE_MIN_PARAMS", 0)
+    monkeypatch.setattr(fast_paths, "MEASURE_MIN_PARAMS", 0)
     decoder, record = choose_compiled_decode(tiny.eval(), "auto", 4, reference, clock)
     assert record["chosen_by"] == "measurement" and record["used"] is used
     assert (decoder is not None) is used
@@ -339,14 +340,14 @@ def test_sampled_logprob_error_by_hand():
     exact = torch.tensor([[0.0, 0.0], [1.0, 2.0]])
     other = torch.tensor([[float(torch.log(torch.tensor(3.0))), 0.0], [1.0, 2.0]])
     expected = (torch.log(torch.tensor(1.5)) + torch.log(torch.tensor(2.0))).item() / 2
-    assert compiled.sampled_logprob_error(exact, other) == pytest.approx(expected, abs=1e-6)
-    assert compiled.sampled_logprob_error(exact[1:], other[1:]) == 0.0
+    assert fast_paths.sampled_logprob_error(exact, other) == pytest.approx(expected, abs=1e-6)
+    assert fast_paths.sampled_logprob_error(exact[1:], other[1:]) == 0.0
 
 
 def test_the_check_runs_on_the_models_own_kv(tiny):
     """The probe's context is the model's own prefill: its KV is what the forward computes for
     the prompt (not random keys and values), left padding in every other row."""
-    probe = compiled.Probe.make(tiny.config.vocab_size, rows=4, context=12)
+    probe = fast_paths.Probe.make(tiny.config.vocab_size, rows=4, context=12)
     assert probe.prompt_attn[::2, 0].eq(0).all() and probe.prompt_attn[1::2].eq(1).all()
     assert probe.positions.flatten().tolist() == [11, 12, 11, 12]  # real tokens before it
 
@@ -372,4 +373,4 @@ def test_a_bf16_copy_is_checked_against_the_float32_policy(tiny, tokenizer, eage
     assert record["used"], record
     errors = record["sampled_error"]
     assert errors["forward"] > 0  # bf16 vs the float32 policy: the exact model is the policy
-    assert errors["compiled"] <= compiled.AGREEMENT_FACTOR * errors["forward"] + 0.15
+    assert errors["compiled"] <= fast_paths.AGREEMENT_FACTOR * errors["forward"] + 0.15

@@ -17,8 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentic_rl.backends.compiled import CompiledDecoder, StaticKV, choose_compiled_decode
-from agentic_rl.backends.fast_paths import measure_fast_paths, time_decoding_step
+from agentic_rl.backends.compiled import CompiledDecoder, StaticKV
+from agentic_rl.backends.fast_paths import (
+    choose_compiled_decode,
+    measure_fast_paths,
+    time_decoding_step,
+)
 from agentic_rl.backends.kv_store import Hit, KVStore, load_past, row_kv
 from agentic_rl.backends.packed_linear import PackedLinear, pack_linears
 from agentic_rl.backends.requests import params_per_prompt
@@ -363,7 +367,7 @@ class HFGenerator:
 
     def _static_decoder(self) -> CompiledDecoder | None:
         """The compiled decoding step for the current compute model, chosen once per compute
-        model (backends/compiled.py `choose_compiled_decode`), or None: the model's forward."""
+        model (backends/fast_paths.py `choose_compiled_decode`), or None: the model's forward."""
         if self.compiled_decode_mode == "never":
             return None
         model = self._compute_model()
