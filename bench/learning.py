@@ -16,6 +16,10 @@ with the metric as a fraction in [0, 1], and a picture of the held-out curves (m
 over seeds) beside it, `KEY.png`. Seeds already in the file are kept (a killed run resumes at the
 next seed; `--force` reruns). One model run at a time: never start two.
 
+A multi-stage recipe (e.g. `vln_r1`: an SFT stage, then an RL stage from its weights) runs as it
+ships; the RL budget and curve are its last stage's (`LAST:trainer.steps=K`), "before" is the
+first stage's untrained evaluation and "warm_start" the previous stage's final one.
+
     .venv/bin/python bench/learning.py search             # the family's recipe and budget below
     .venv/bin/python bench/learning.py search --recipe search_qa_grpo --steps 60 --eval-every 20
     .venv/bin/python bench/learning.py search --plot      # redraw KEY.png from KEY.json
@@ -75,9 +79,37 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def recipe_stages(recipe: str) -> list[str]:
+    """The names of a recipe's stages, in order ([] for a one-stage recipe)."""
+    import yaml
+
+    from agentic_rl.config.load import resolve_recipe
+
+    data = yaml.safe_load(resolve_recipe(recipe).read_text()) or {}
+    return [stage["name"] for stage in data.get("stages") or []]
+
+
+def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A run's summary as one RL run's: for a multi-stage run, `before` from its first stage,
+    `warm_start` the previous stage's final evaluation (where the RL stage starts), `after`
+    and `eval_tasks` from the last (the RL stage)."""
+    if "stages" not in summary:
+        return summary
+    stages = list(summary["stages"].values())
+    if len(stages) < 2:
+        raise ValueError(f"a multi-stage summary with {len(stages)} stage(s): {summary}")
+    flat = {k: v for k, v in stages[-1].items() if k not in ("before", "warm_start")}
+    if "before" in stages[0]:
+        flat["before"] = stages[0]["before"]
+    flat["warm_start"] = stages[-2]["after"]
+    return flat
+
+
 def eval_curve(run_dir: Path, metric: str) -> list[list[float]]:
     """[[rl_step, metric], ...] from the run's held-out evaluations (metrics.jsonl), the
-    warm-started model at step 0 (the untrained one where the recipe has no warm start)."""
+    warm-started model at step 0 (the untrained one where the recipe has no warm start).
+    For a multi-stage run, `run_dir` is its RL stage's directory (step 0 is added by the
+    caller from the previous stage)."""
     curve: dict[int, float] = {}
     for path in sorted(run_dir.rglob("metrics.jsonl")):
         for line in path.read_text().splitlines():
@@ -109,7 +141,7 @@ def code_commit() -> str:
 def seed_row(
     run: dict[str, Any], curve: list[list[float]], metric: str, cmd: str, commit: str
 ) -> dict:
-    summary = run["summary"]
+    summary = flat_summary(run["summary"])
     return {
         "seed": run["seed"],
         "before": summary["before"][metric] if "before" in summary else None,
@@ -203,14 +235,18 @@ def main() -> None:
     if previous is not None and previous["recipe"] != args.recipe and not args.force:
         parser.error(f"{path.name} holds recipe {previous['recipe']!r}; --force replaces it")
     kept = [] if args.force or previous is None else previous["seeds"]
+    stages = recipe_stages(args.recipe)
+    # the RL budget is the last stage's: an unscoped trainer.steps would clash with an SFT
+    # stage's own `steps: 0` (config/load.py refuses it)
+    scope = f"{stages[-1]}:" if stages else ""
     run_args = argparse.Namespace(
         model=args.model,
         minutes=0,  # no time budget: the run is budgeted in optimizer steps
         eval_tasks=args.eval_tasks,
         threads=args.threads,
         set=[
-            f"trainer.steps={args.steps}",
-            f"trainer.eval_every={args.eval_every}",
+            f"{scope}trainer.steps={args.steps}",
+            f"{scope}trainer.eval_every={args.eval_every}",
             "trainer.log_trajectories=0",
             *calibration,
             *args.set,
@@ -224,10 +260,14 @@ def main() -> None:
         commit = code_commit()  # before the run: the code it starts with
         with tempfile.TemporaryDirectory(prefix=f"learning-{args.key}-") as tmp:
             run = run_one(run_args, args.recipe, seed, Path(tmp))
-            curve = eval_curve(Path(tmp) / args.recipe, args.metric)
-        kept.append(seed_row(run, curve, args.metric, command, commit))
+            run_dir = Path(tmp) / args.recipe
+            curve = eval_curve(run_dir / stages[-1] if stages else run_dir, args.metric)
+        row = seed_row(run, curve, args.metric, command, commit)
+        if stages and (not curve or curve[0][0] != 0):  # the RL stage starts from the last one's
+            row["curve"].insert(0, [0, row["warm_start"]])
+        kept.append(row)
         kept.sort(key=lambda s: s["seed"])
-        summary = run["summary"]
+        summary = flat_summary(run["summary"])
         result = {
             "key": args.key,
             "recipe": args.recipe,
@@ -240,7 +280,6 @@ def main() -> None:
             "machine": machine(),
         }
         path.write_text(json.dumps(result, indent=2) + "\n")
-        row = kept[-1]
         print(
             f"[{args.key} seed {seed}] {row['before']} -> {row['warm_start']} -> "
             f"{row['after_rl']} in {row['rl_steps']} RL steps; wrote {path}",

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import FAMILIES, eval_curve, rl_gain  # noqa: E402
+from learning import FAMILIES, eval_curve, flat_summary, recipe_stages, rl_gain  # noqa: E402
 
 
 def test_eval_curve_reads_the_held_out_evaluations(tmp_path: Path) -> None:
@@ -60,3 +60,28 @@ def test_a_family_calibration_is_a_valid_override_of_its_recipe(key: str) -> Non
         for part in dotted.split("."):
             node = getattr(node, part)
         assert str(node) == value, text
+
+
+def test_a_multi_stage_run_reads_as_its_rl_stage() -> None:
+    staged = {
+        "recipe": "r",
+        "stages": {
+            "sft": {
+                "before": {"success": 0.0},
+                "warm_start": {"success": 0.2},
+                "after": {"success": 0.3},
+            },
+            "rl": {"after": {"success": 0.5}, "eval_tasks": 100},
+        },
+    }
+    flat = flat_summary(staged)
+    assert flat["before"] == {"success": 0.0}
+    assert flat["warm_start"] == {"success": 0.3}  # where the RL stage starts: SFT's final eval
+    assert flat["after"] == {"success": 0.5} and flat["eval_tasks"] == 100
+    plain = {"before": {"success": 0.1}, "after": {"success": 0.2}}
+    assert flat_summary(plain) is plain
+
+
+def test_a_multi_stage_recipe_names_its_stages() -> None:
+    assert recipe_stages("vln_r1") == ["sft", "rl"]
+    assert recipe_stages("search_qa_grpo") == []
