@@ -12,7 +12,10 @@ LM head, from its config) at the generator's row counts:
 * `int8_weight_only`: int8 weights with a float scale per output channel, bfloat16 activations
   (`torch.ops.aten._weight_int8pack_mm`, the CPU kernel weight-only quantisation calls);
 * `int8_dynamic`: int8 weights and activations quantised per call, float32 in and out
-  (`torch.ao` dynamic quantisation on the machine's quantised engine).
+  (`torch.ao` dynamic quantisation on the machine's quantised engine; torch.ao's quantised
+  tensors are deprecated, so a generator path would not build on them);
+* `int8_int_mm`: the same arithmetic from core operators: each input row quantised to int8 with
+  its own scale, `torch._int_mm` (int8 x int8 -> int32), rescaled by row and channel scales.
 
 Each kernel runs `--repeats` interleaved rounds of `--calls` calls; the best round counts. Its
 error is the relative Frobenius error of its output against float32's, the model's own weights
@@ -45,7 +48,7 @@ from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "int8_linear.json"
-KERNELS = ("fp32", "bf16", "bf16_packed", "int8_weight_only", "int8_dynamic")
+KERNELS = ("fp32", "bf16", "bf16_packed", "int8_weight_only", "int8_dynamic", "int8_int_mm")
 
 
 def model_shapes(model_name: str) -> tuple[dict[str, tuple[int, int]], int, nn.Module]:
@@ -87,6 +90,13 @@ def kernels(weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor], torch.Te
         dynamic = torch.ao.quantization.quantize_dynamic(
             nn.Sequential(linear), {nn.Linear}, dtype=torch.qint8
         )
+    int8_t = int8.t().contiguous()  # [in, out]: torch._int_mm's right operand
+
+    def int_mm(x: torch.Tensor) -> torch.Tensor:
+        row_scale = (x.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
+        xq = (x / row_scale).round().clamp(-127, 127).to(torch.int8)
+        return torch._int_mm(xq, int8_t).float() * row_scale * scale
+
     out: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "fp32": lambda x: F.linear(x, weight),
         "bf16": lambda x: F.linear(x.bfloat16(), bf16),
@@ -94,6 +104,7 @@ def kernels(weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor], torch.Te
             x.bfloat16(), int8, scale_bf16
         ),
         "int8_dynamic": lambda x: dynamic(x),
+        "int8_int_mm": int_mm,
     }
     if packing_available():
         packed_source = nn.Linear(weight.shape[1], weight.shape[0], bias=False)

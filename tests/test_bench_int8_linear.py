@@ -23,7 +23,7 @@ def test_every_kernel_computes_the_layer_within_its_precision() -> None:
     assert 0 < results["bf16"]["rel_error"] < 1e-2  # bfloat16: 8 bits of mantissa
     if "bf16_packed" in results:  # oneDNN packing is bit-equal to plain bf16's product order
         assert results["bf16_packed"]["rel_error"] < 1e-2
-    for name in ("int8_weight_only", "int8_dynamic"):
+    for name in ("int8_weight_only", "int8_dynamic", "int8_int_mm"):
         if "rel_error" not in results[name]:
             pytest.skip(f"{name} unavailable in this torch build: {results[name]}")
         # per-channel int8 weights: ~1% error; a wrong scale or layout would be ~100%
