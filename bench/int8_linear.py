@@ -145,6 +145,26 @@ def measure(
     return results
 
 
+def table(per_rows: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (rows, kernel): the linear share of a step, its ratio to the bf16 copy's
+    default kernel (packed where packing runs), and the LM head's relative error."""
+    out = []
+    for rows, entry in per_rows.items():
+        step = entry["step_linear_ms"]
+        base = step.get("bf16_packed") or step["bf16"]
+        for kernel, ms in step.items():
+            out.append(
+                {
+                    "rows": int(rows),
+                    "kernel": kernel,
+                    "step_linear_ms": ms,
+                    "vs_bf16_default": ms / base,
+                    "lm_head_rel_error": entry["linears"]["lm_head"][kernel]["rel_error"],
+                }
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -185,6 +205,7 @@ def main() -> None:
         "repeats": args.repeats,
         "quantized_engine": torch.backends.quantized.engine,
         "rows": per_rows,
+        "table": table(per_rows),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "native_bf16": native_bf16(),
