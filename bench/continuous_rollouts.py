@@ -159,6 +159,25 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def summary(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm, what the docs table shows: mean step / rollout seconds, reward and success per
+    RL step (train part); mean rollout seconds with the simulated latency, generated and
+    prefilled tokens (rollout part). A part not run leaves its keys out."""
+    out: dict[str, dict[str, Any]] = {}
+    for arm, seeds in (record.get("train") or {}).items():
+        rows = [r for run in seeds.values() for r in run["train"]]
+        out[arm] = {k: mean([r[k] for r in rows if k in r]) for k in TRAIN_KEYS}
+    part = record.get("rollout")
+    if part:
+        for arm, values in part["seconds"].items():
+            out.setdefault(arm, {}).update(
+                latency_rollout_seconds=mean(values),
+                generated_tokens=part["generated_tokens"][arm],
+                prefill_tokens=part.get("prefill_tokens", {}).get(arm),
+            )
+    return out
+
+
 def table(record: dict[str, Any]) -> str:
     """Markdown: per arm, the mean step / rollout seconds and reward per RL step (train part)
     and the mean rollout seconds with the simulated latency (rollout part)."""
@@ -238,6 +257,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.part in ("rollout", "both"):
         record["rollout"] = rollout_part(args)
     out.parent.mkdir(parents=True, exist_ok=True)
+    record["summary"] = summary(record)
     out.write_text(json.dumps(record, indent=1))
     print(table(record))
     return record

@@ -10,6 +10,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -66,5 +68,11 @@ def test_smoke_runs_both_parts_and_writes_the_table(tmp_path, capsys):
     assert part["prefill_tokens"]["continuous"] == part["prefill_tokens"]["lockstep"] > 0
     # half the steps sleep 0.3 s: lockstep waits for each turn's sleepers, continuous does not
     assert part["seconds"]["continuous"][0] < part["seconds"]["lockstep"][0]
+    summary = json.loads(out.read_text())["summary"]  # what the docs table shows
+    for arm in ("lockstep", "continuous"):
+        assert summary[arm]["latency_rollout_seconds"] == pytest.approx(
+            sum(part["seconds"][arm]) / len(part["seconds"][arm])
+        )
+        assert summary[arm]["step_seconds"] > 0
     printed = capsys.readouterr().out
     assert "| lockstep |" in printed and "| continuous |" in printed
