@@ -70,7 +70,13 @@ FAMILIES: dict[str, Family] = {
         " no longer find 2 groups with mixed rewards (a 30-step seed stopped at step 21)",
         ("warm_start.num_tasks=48", "filters.max_gen_batches=40"),
     ),
-    "worlds": Family("gigpo_webshop", 30, 10, "3 seeds x 3 steps: GiGPO 25% vs GRPO 8%"),
+    "worlds": Family(
+        "gigpo_webshop",
+        30,
+        10,
+        "3 seeds x 3 steps: GiGPO 25% vs GRPO 8%; countdown as shipped was probed and fell"
+        " below its warm start under RL (results/learning/probes/worlds_countdown.json)",
+    ),
     "memory": Family("memagent", 20, 5, "not yet calibrated"),
     "gui": Family("ui_tars", 20, 5, "not yet calibrated"),
     "embodied": Family("vln_r1", 30, 10, "1 seed earlier: 13% -> 23% by RL"),
