@@ -115,3 +115,23 @@ def test_sigkill_mid_run_loses_at_most_the_current_step(tmp_path):
     for key in wa:
         assert (wa[key] == wb[key]).all(), key
     assert sorted(metric_rows(run)) == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
+    """eval_every dividing the last step: that step's held-out evaluation is the run's "after"
+    (greedy, same weights), not run a second time."""
+    from agentic_rl.train import loop
+
+    calls = []
+    real = loop.eval_episodes
+
+    def counted(setup):
+        calls.append(1)
+        return real(setup)
+
+    monkeypatch.setattr(loop, "eval_episodes", counted)
+    summary = train(tiny_cfg(tmp_path, 2, "trainer.eval_every=1", "warm_start.num_tasks=0"))
+    evals = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval/success" in r]
+    assert [r["step"] for r in evals] == [1, 2]
+    assert len(calls) == 3  # before RL, step 1, step 2 (= after)
+    assert summary["after"]["success"] == evals[-1]["eval/success"]

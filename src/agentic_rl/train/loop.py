@@ -301,7 +301,10 @@ def train(cfg: Config) -> dict[str, Any]:
             if out_of_time:
                 print(f"time budget of {cfg.trainer.max_minutes} min reached at step {step}")
                 break
-        state["evals"]["after"] = _eval_and_log(setup, logger, step, trajectories)
+        # the last step's evaluation (eval_every dividing it) is the final one: greedy on the
+        # same weights, so it is not run twice
+        last = state["evals"].get(f"step_{step}")
+        state["evals"]["after"] = last or _eval_and_log(setup, logger, step, trajectories)
     if cfg.trainer.export_model and main:  # before summary.json, which marks the run finished
         save_model(setup.dp.full_policy if setup.dp else setup.policy, setup.tokenizer, out, cfg)
     summary = run_summary(cfg, state, step, time.time() - wall_start)
