@@ -180,21 +180,21 @@ def main() -> None:
     shapes, layers, model = model_shapes(args.model)
     per_rows: dict[str, Any] = {}
     for rows in args.rows:
-        table = {
+        linears = {
             name: measure(weight_of(model, name), rows, args.calls, args.repeats) for name in shapes
         }
         step: dict[str, float] = {}
         for kernel in KERNELS:
-            if all("us" in table[name].get(kernel, {}) for name in shapes):
-                layer_us = sum(table[n][kernel]["us"] for n in shapes if n != "lm_head")
-                step[kernel] = (layers * layer_us + table["lm_head"][kernel]["us"]) / 1000
-        per_rows[str(rows)] = {"linears": table, "step_linear_ms": step}
+            if all("us" in linears[name].get(kernel, {}) for name in shapes):
+                layer_us = sum(linears[n][kernel]["us"] for n in shapes if n != "lm_head")
+                step[kernel] = (layers * layer_us + linears["lm_head"][kernel]["us"]) / 1000
+        per_rows[str(rows)] = {"linears": linears, "step_linear_ms": step}
         print(f"\nrows {rows}: the linear share of a decoding step (ms)")
         print("| kernel | ms | x bf16_packed | rel. error (lm_head) |")
         print("|---|---|---|---|")
         base = step.get("bf16_packed") or step.get("bf16")
         for kernel, ms in step.items():
-            err = table["lm_head"][kernel]["rel_error"]
+            err = linears["lm_head"][kernel]["rel_error"]
             print(f"| {kernel} | {ms:.2f} | {ms / base:.2f} | {err:.2e} |")
     result = {
         "model": args.model,
