@@ -152,9 +152,14 @@ def code_commit() -> str:
 
 
 def seed_row(
-    run: dict[str, Any], curve: list[list[float]], metric: str, cmd: str, commit: str
+    run: dict[str, Any],
+    summary: dict[str, Any],
+    curve: list[list[float]],
+    metric: str,
+    cmd: str,
+    commit: str,
 ) -> dict:
-    summary = flat_summary(run["summary"])
+    """One seed's row of KEY.json; `summary` is the run's as one RL run's (flat_summary)."""
     return {
         "seed": run["seed"],
         "before": summary["before"][metric] if "before" in summary else None,
@@ -275,12 +280,12 @@ def main() -> None:
             run = run_one(run_args, args.recipe, seed, Path(tmp))
             run_dir = Path(tmp) / args.recipe
             curve = eval_curve(run_dir / stages[-1] if stages else run_dir, args.metric)
-        row = seed_row(run, curve, args.metric, command, commit)
+        summary = flat_summary(run["summary"])
+        row = seed_row(run, summary, curve, args.metric, command, commit)
         if stages and (not curve or curve[0][0] != 0):  # the RL stage starts from the last one's
             row["curve"].insert(0, [0, row["warm_start"]])
         kept.append(row)
         kept.sort(key=lambda s: s["seed"])
-        summary = flat_summary(run["summary"])
         result = {
             "key": args.key,
             "recipe": args.recipe,

@@ -213,3 +213,25 @@ def test_check_env_passes_on_multi_turn():
     tasks = task_generator("bfcl_multi_turn")("eval", 4, 0)
     skipped = check_env(make_env("bfcl_multi_turn"), tasks)
     assert skipped == ["gold answer scores >= a wrong one (the tasks have no gold answers)"]
+
+
+def test_every_step_before_the_verdict_reports_the_category_as_failed():
+    """A turn or token budget can end an episode before BFCL's verdict: every earlier step
+    reports the category's accuracy as 0, so a cut episode is a failure in its category's mean
+    rather than missing from it (the rollout sums env metrics over steps; the recipe test runs
+    a cut episode through the rollout); the verdict's step brings a passed entry to 1."""
+    task = make_bfcl_multi_turn_tasks("eval", 1, 0)[0]
+    key = f"env/accuracy@{task.fields['category']}"
+    env = BFCLMultiTurnEnv()
+    env.reset(task, 0)
+    calls = env.step(answer("[pwd()]"))
+    turn_ended = env.step(answer("[]"))
+    invalid = env.step(Action(kind="tool", raw="<search>x</search>", error="not a call list"))
+    assert [r.info[key] for r in (calls, turn_ended, invalid)] == [0.0, 0.0, 0.0]
+    passed = play(env, task, lambda e: e.expert_turn()[len("<answer>") : -len("</answer>")])
+    assert sum(r.info.get(key, 0.0) for r in passed) == 1.0
+    single = make_bfcl_tasks("eval", 1, 0)[0]
+    env = BFCLEnv()
+    env.reset(single, 0)
+    malformed = env.step(Action(kind="tool", raw="<search>x</search>", error="not a call list"))
+    assert malformed.info[f"env/accuracy@{single.fields['category']}"] == 0.0

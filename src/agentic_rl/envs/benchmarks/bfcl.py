@@ -49,14 +49,25 @@ def accuracy_key(category: str) -> str:
     return f"env/accuracy@{category}"
 
 
-def invalid_reply(action: Action, format_penalty: float) -> StepResult:
+def not_yet_passed(category: str) -> dict[str, float]:
+    """The info of every step before BFCL's verdict: the category's accuracy so far, 0.
+
+    Env metrics are summed over an episode's steps (rollout/episode.py) and a subset metric is
+    averaged over the episodes that report it (train/summary.py). An episode that a turn or
+    token budget cuts before the verdict must still count, as a failure (BFCL counts a
+    force-quit entry as failed); without this it would report nothing and drop out of its
+    category's accuracy, which would then be measured on the finished episodes only."""
+    return {accuracy_key(category): 0.0}
+
+
+def invalid_reply(action: Action, format_penalty: float, category: str) -> StepResult:
     """A turn with no reply BFCL can decode: an error observation with the format hint and the
     format penalty; the episode goes on."""
     problem = action.error or f"a {action.kind} action"
     return StepResult(
         observation=Observation(content=f"Invalid reply ({problem}). {FORMAT_HINT}", name="error"),
         reward=-format_penalty,
-        info={"invalid_action": 1},
+        info={"invalid_action": 1, **not_yet_passed(category)},
     )
 
 
@@ -100,12 +111,12 @@ class BFCLEnv:
         observation and a format penalty."""
         if self.task is None or self.done:
             raise RuntimeError("step() needs a reset() first (and not after the episode ended)")
+        category = category_of(self.task.task_id)
         reply = reply_text(action)
         if reply is None:
-            return invalid_reply(action, self.format_penalty)
+            return invalid_reply(action, self.format_penalty, category)
         passed, error = single_turn_verdict(entry(self.task.task_id), reply)
         self.done = True
-        category = category_of(self.task.task_id)
         return StepResult(
             observation=None,
             reward=float(passed),

@@ -15,6 +15,9 @@ BFCL's prompting inference plays it (`BaseHandler.inference_multi_turn_prompting
 At the end BFCL's `multi_turn_checker` replays the recorded calls on fresh instances beside the
 ground truth and checks, turn by turn, the instances' state and that the ground truth's results
 are among the model's: reward 1 when the entry passes, else 0 (BFCL's verdict is per entry).
+Every step before the verdict reports the category's accuracy as 0 (`bfcl.not_yet_passed`), so
+an episode that a turn or token budget cuts counts as failed in its category, as BFCL counts a
+force-quit entry.
 
 What runs: BFCL's executor `eval`s the call strings it is given. Only calls that name a public
 method of the entry's API classes with literal arguments (checked with `ast`) reach it; any
@@ -42,6 +45,7 @@ from typing import Any
 from agentic_rl.envs.benchmarks.bfcl import (
     accuracy_key,
     invalid_reply,
+    not_yet_passed,
     opening_messages,
     reply_text,
 )
@@ -139,7 +143,7 @@ class BFCLMultiTurnEnv:
             raise RuntimeError("step() needs a reset() first (and not after the episode ended)")
         reply = reply_text(action)
         if reply is None:
-            return invalid_reply(action, self.format_penalty)
+            return invalid_reply(action, self.format_penalty, self._category())
         lib = bfcl()
         try:
             calls = lib.handler.default_decode_execute_prompting(reply, False)
@@ -171,7 +175,11 @@ class BFCLMultiTurnEnv:
             self.decoded[self.turn].append(recorded)
         self.steps += 1
         errors = sum(r.startswith(ERROR_PREFIX) for r in results)
-        info: dict[str, Any] = {"tool_call": len(calls), "tool_error": errors}
+        info: dict[str, Any] = {
+            "tool_call": len(calls),
+            "tool_error": errors,
+            **not_yet_passed(self._category()),
+        }
         if self.steps > lib.prompts.MAXIMUM_STEP_LIMIT:  # BFCL force-quits the entry
             return self._finish(False, "multi_turn:force_terminated", info)
         content = lib.handler.format_execution_results_prompting(
@@ -188,7 +196,9 @@ class BFCLMultiTurnEnv:
             return self._finish(passed, error, {})
         self.decoded.append([])
         text = "\n\n".join(m["content"] for m in self._turn_messages(self.turn))
-        return StepResult(observation=Observation(content=text, name=USER))
+        return StepResult(
+            observation=Observation(content=text, name=USER), info=not_yet_passed(self._category())
+        )
 
     def _verdict(self) -> tuple[bool, str]:
         """BFCL's multi_turn_checker on the recorded calls, on fresh instances."""
