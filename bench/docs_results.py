@@ -187,13 +187,39 @@ def _cell(metrics: dict[str, Any], key: str, fmt: str) -> str:
     return format_value(metrics[key], fmt) if key in metrics else "-"
 
 
+ENV_PREFIX = "env/"
+"""The env's own metrics in a summary (a benchmark's score, BFCL's accuracy per category)."""
+
+
+def env_columns(runs: list[dict[str, Any]]) -> list[str]:
+    """The env's own metrics that any evaluation of the runs reports, sorted: each is a column
+    of the runs table, so a benchmark's page shows the benchmark's own numbers."""
+    keys = {
+        key
+        for run in runs
+        for _, _, metrics in evaluation_points(run["summary"])
+        for key in metrics
+        if key.startswith(ENV_PREFIX)
+    }
+    return sorted(keys)
+
+
+def _env_format(key: str) -> str:
+    """A subset metric (`env/accuracy@simple_python`: pass or fail per episode, averaged over
+    the subset's episodes) is a rate, shown in percent; any other env metric as a number."""
+    return "pct" if "@" in key else "f2"
+
+
 def runs_table(data: dict[str, Any], name: str) -> str:
     """A `bench/recipe_runs.py` results file as a Markdown table (one row per seed, stage and
-    evaluation point) and a line with its command, held-out tasks, wall time and machine."""
+    evaluation point; a column per env metric, `env_columns`) and a line with its command,
+    held-out tasks, wall time and machine."""
     runs = data["runs"]
     staged = any("stages" in run["summary"] for run in runs)
+    env_keys = env_columns(runs)
     head = ["seed"] + ["stage"] * staged + ["held-out evaluation", "success", "reward"]
     head += ["tool calls / episode", "invalid actions / episode"]
+    head += [f"`{key.removeprefix(ENV_PREFIX)}`" for key in env_keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
         for stage, label, m in evaluation_points(run["summary"]):
@@ -201,6 +227,7 @@ def runs_table(data: dict[str, Any], name: str) -> str:
             row += [_cell(m, "success", "pct"), _cell(m, "reward", "f2")]
             row += [_cell(m, "tool_calls_per_episode", "f2")]
             row += [_cell(m, "invalid_actions_per_episode", "f2")]
+            row += [_cell(m, key, _env_format(key)) for key in env_keys]
             lines.append("| " + " | ".join(row) + " |")
     tasks = _eval_tasks(runs[0]["summary"])
     facts = [f"{len(runs)} seed{'s' * (len(runs) != 1)}"]

@@ -139,6 +139,18 @@ def test_runs_headline_and_table_by_hand():
     assert table[-1].startswith("`.venv/bin/python bench/recipe_runs.py r` (r.json; 1 seed")
 
 
+def test_runs_table_has_a_column_per_env_metric():
+    """A benchmark's own numbers (BFCL's accuracy per category, a score) are columns: a
+    subset metric in percent, another env metric as a number, '-' where a point lacks it."""
+    run = _run(0, 0.5)
+    run["summary"]["before"]["env/accuracy@simple"] = 0.0
+    run["summary"]["after"] |= {"env/accuracy@simple": 0.25, "env/score": 42.5}
+    table = docs_results.runs_table({"command": "c", "runs": [run]}, "r").splitlines()
+    assert table[0].endswith("| `accuracy@simple` | `score` |")
+    assert table[2] == "| 0 | before | 0% | - | - | - | 0% | - |"
+    assert table[4] == "| 0 | after 3 RL steps | 50% | - | - | - | 25% | 42.50 |"
+
+
 def test_staged_headline_names_the_stages():
     stages = {
         "sft": {"steps": 0, "eval_tasks": 4, "after": {"success": 0.25}},
