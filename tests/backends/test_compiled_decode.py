@@ -26,6 +26,7 @@ from agentic_rl.backends.compiled import (
 )
 from agentic_rl.backends.fast_paths import choose_compiled_decode
 from agentic_rl.backends.hf import HFGenerator
+from agentic_rl.backends.packed_linear import packing_available
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.model.load import token_logprobs
@@ -374,3 +375,48 @@ def test_a_bf16_copy_is_checked_against_the_float32_policy(tiny, tokenizer, eage
     errors = record["sampled_error"]
     assert errors["forward"] > 0  # bf16 vs the float32 policy: the exact model is the policy
     assert errors["compiled"] <= fast_paths.AGREEMENT_FACTOR * errors["forward"] + 0.15
+
+
+needs_packing = pytest.mark.skipif(
+    not packing_available(), reason="oneDNN bf16 weight packing is not available here"
+)
+
+
+@needs_packing
+def test_packed_weights_reach_the_compiled_layer_and_follow_updates(tiny, tokenizer, eager_step):
+    """In a bf16 copy with oneDNN-packed linears the compiled layer multiplies by the packed
+    weights (not the plain bf16 ones, which oneDNN would re-lay-out on every call); a weight
+    update re-packs them and the next step reads the new packed tensors."""
+    today, fast = pair(copy.deepcopy(tiny), tokenizer, mixed_precision="bf16")
+    params = SamplingParams(max_new_tokens=6, temperature=0)
+    fast.generate(prompts(tokenizer), params)
+    assert fast.fast_paths["packed_weights"] and fast.compiled_decode["used"]
+    layer = fast._decoder._weights[0]
+    projections = layer[1:9:2] + layer[10::2]  # q, k, v, o, gate, up, down
+    assert len(projections) == 7 and all(w.is_mkldnn for w in projections)
+    before = fast._decoder._weights[0][1]
+    for model in (today.model, fast.model):  # the same in-place optimiser step on both
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    a, b = today.generate(prompts(tokenizer), params), fast.generate(prompts(tokenizer), params)
+    assert fast._decoder._weights[0][1] is not before  # re-read after repack()
+    first = [(x.token_ids[0], y.token_ids[0]) for x, y in zip(a, b, strict=True)]
+    assert all(x == y for x, y in first)
+
+
+@needs_packing
+def test_inductor_compiles_the_packed_bf16_layer(tiny, tokenizer):
+    """The real compiler on packed weights: the packed kernel is a custom operator inductor
+    calls as it is (it cannot lower oneDNN's packed tensors at dynamic shapes); greedy tokens
+    start as the forward's and logprobs agree within bfloat16 rounding."""
+    torch._dynamo.reset()
+    compiled._compiled_layer_step = None
+    today, fast = pair(copy.deepcopy(tiny), tokenizer, mixed_precision="bf16")
+    params = SamplingParams(max_new_tokens=5, temperature=0)
+    a, b = today.generate(prompts(tokenizer), params), fast.generate(prompts(tokenizer), params)
+    record = fast.compiled_decode
+    assert record["used"] and fast.fast_paths["packed_weights"], record
+    assert record["max_logprob_diff"] < 0.05
+    assert all(x.token_ids[0] == y.token_ids[0] for x, y in zip(a, b, strict=True))

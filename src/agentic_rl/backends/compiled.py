@@ -16,7 +16,10 @@ row, which dynamo specialises). Weights are read at every call, never baked in, 
 in-place updates are seen without recompiling.
 
 Which models: Llama-style decoders (`SUPPORTED_TYPES`: RMSNorm, rotary embedding, grouped-query
-attention, SiLU-gated MLP, plain or oneDNN-packed linear layers). Anything else - LoRA layers
+attention, SiLU-gated MLP, plain or oneDNN-packed linear layers). In a bf16 copy whose linears
+are packed (packed_linear.py) the compiled layer multiplies by the packed weights, through a
+custom operator inductor calls as it is, so compiling does not give up what packing saves.
+Anything else - LoRA layers
 injected into the projections, sliding windows, vision-language models, a GPU - decodes on the
 model's own forward as before (`unsupported_reason` says why). Where compiling fails (no C++
 compiler, an operator inductor cannot lower) the generator says so once in the log and keeps the
@@ -41,7 +44,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from agentic_rl.backends.packed_linear import PackedLinear
+from agentic_rl.backends.packed_linear import PackedLinear, packed_linear
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,21 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 LayerWeights = tuple[torch.Tensor | None, ...]
 """One decoder layer's tensors in `layer_step`'s order: input norm, q, q bias, k, k bias, v,
-v bias, o, o bias, post-attention norm, gate, gate bias, up, up bias, down, down bias."""
+v bias, o, o bias, post-attention norm, gate, gate bias, up, up bias, down, down bias. A
+projection's weight is its oneDNN-packed copy where the layer is a `PackedLinear` (bf16)."""
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool
+) -> torch.Tensor:
+    """x W^T + b: `F.linear`, or with `packed` (weight is a oneDNN-packed bfloat16 tensor,
+    `PackedLinear.packed`: oneDNN's blocked layout made once per weight version instead of on
+    every call) the packed kernel, which compiled code calls as a custom operator. `packed` is
+    a Python bool, not read off the tensor: under dynamo a packed tensor's fake copy does not
+    say it is packed, and inductor would hand it to a plain matmul."""
+    if packed:
+        return packed_linear(x, weight, bias, weight.shape[0])
+    return F.linear(x, weight, bias)
 
 
 def layer_step(
@@ -93,9 +110,11 @@ def layer_step(
     eps: float,
     heads: int,
     scaling: float,
+    packed: bool = False,
 ) -> torch.Tensor:
     """One Llama decoder layer for one new token per row, writing its key and value into the
-    preallocated cache. The function `torch.compile` compiles (once for every layer).
+    preallocated cache. The function `torch.compile` compiles (once for every layer; once
+    more for packed weights). `packed`: the projections in `w` are oneDNN-packed (`linear`).
 
     h [B, 1, H] the residual stream; keys, values [B, Hkv, T, D] (written in place at column
     `slot` [1]); cos, sin [B, 1, D]; mask [B, T] bool (True = attend; the new column included).
@@ -104,9 +123,9 @@ def layer_step(
     ln1, wq, bq, wk, bk, wv, bv, wo, bo, ln2, wg, bg, wu, bu, wd, bd = w
     rows, kv_heads, dim = h.shape[0], keys.shape[1], keys.shape[-1]
     x = rms_norm(h, ln1, eps)
-    q = rotate(F.linear(x, wq, bq).view(rows, 1, heads, dim).transpose(1, 2), cos, sin)
-    k = rotate(F.linear(x, wk, bk).view(rows, 1, kv_heads, dim).transpose(1, 2), cos, sin)
-    v = F.linear(x, wv, bv).view(rows, 1, kv_heads, dim).transpose(1, 2)
+    q = rotate(linear(x, wq, bq, packed).view(rows, 1, heads, dim).transpose(1, 2), cos, sin)
+    k = rotate(linear(x, wk, bk, packed).view(rows, 1, kv_heads, dim).transpose(1, 2), cos, sin)
+    v = linear(x, wv, bv, packed).view(rows, 1, kv_heads, dim).transpose(1, 2)
     keys.index_copy_(2, slot, k)
     values.index_copy_(2, slot, v)
     grouped = q.reshape(rows, kv_heads, heads // kv_heads, dim)  # [B, Hkv, G, D]
@@ -114,9 +133,10 @@ def layer_step(
     scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1).to(values.dtype)
     attended = torch.matmul(probs, values).reshape(rows, 1, heads * dim)
-    h = h + F.linear(attended, wo, bo)
+    h = h + linear(attended, wo, bo, packed)
     x = rms_norm(h, ln2, eps)
-    return h + F.linear(F.silu(F.linear(x, wg, bg)) * F.linear(x, wu, bu), wd, bd)
+    gated = F.silu(linear(x, wg, bg, packed)) * linear(x, wu, bu, packed)
+    return h + linear(gated, wd, bd, packed)
 
 
 _compiled_layer_step: Callable[..., torch.Tensor] | None = None
@@ -220,14 +240,31 @@ def unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def _layer_weights(layer: nn.Module) -> LayerWeights:
+def _projections(layer: nn.Module) -> list[nn.Module]:
     attn, mlp = layer.self_attn, layer.mlp
+    return [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj] + [
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    ]
+
+
+def is_packed(layer: nn.Module) -> bool:
+    """Does every projection of the decoder layer hold a oneDNN-packed weight right now (a
+    `PackedLinear` whose packing the generator's fast-path choice left on)?"""
+    return all(isinstance(p, PackedLinear) and p.packed is not None for p in _projections(layer))
+
+
+def _layer_weights(layer: nn.Module, packed: bool = False) -> LayerWeights:
+    """The layer's tensors in `layer_step`'s order; with `packed`, the projections' packed
+    weights."""
+    q, k, v, o, gate, up, down = _projections(layer)
     out: list[torch.Tensor | None] = [layer.input_layernorm.weight]
-    for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-        out += [proj.weight, proj.bias]
+    for proj in (q, k, v, o):
+        out += [proj.packed if packed else proj.weight, proj.bias]
     out.append(layer.post_attention_layernorm.weight)
-    for proj in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-        out += [proj.weight, proj.bias]
+    for proj in (gate, up, down):
+        out += [proj.packed if packed else proj.weight, proj.bias]
     return tuple(out)
 
 
@@ -267,8 +304,16 @@ class CompiledDecoder:
         )
         # The parameter objects, read once: weight updates write into them in place (the
         # learner's optimizer, load_state_dict, the bf16 copy's re-cast), so every step reads
-        # the current values without rebuilding 16 x layers attribute lookups.
-        self._weights = [_layer_weights(layer) for layer in inner.layers]
+        # the current values without rebuilding 16 x layers attribute lookups. Packed
+        # weights are the exception: `repack()` replaces them with each weight version and
+        # the fast-path choice may switch them off, so a model with packed layers reads them
+        # at every step.
+        self._layers = list(inner.layers)
+        self._weights = [_layer_weights(layer) for layer in self._layers]
+        self._has_packed = any(
+            isinstance(m, PackedLinear) for layer in self._layers for m in layer.modules()
+        )
+        self._packed = [False] * len(self._layers)
         self._compile_fn = compile_fn or compiled_layer_step
         self._step_fn: Callable[..., torch.Tensor] | None = None
         self.broken: str | None = None
@@ -301,6 +346,12 @@ class CompiledDecoder:
             marks += [(t, d) for t in (cache.keys[0], cache.values[0]) for d in (0, 2)]
             for tensor, dim in marks:
                 torch._dynamo.maybe_mark_dynamic(tensor, dim)
+            if self._has_packed:
+                self._packed = [is_packed(layer) for layer in self._layers]
+                self._weights = [
+                    _layer_weights(layer, packed)
+                    for layer, packed in zip(self._layers, self._packed, strict=True)
+                ]
             for i, weights in enumerate(self._weights):
                 keys, values = cache.keys[i], cache.values[i]
                 h = fn(
@@ -315,6 +366,7 @@ class CompiledDecoder:
                     shape.eps,
                     shape.heads,
                     shape.scaling,
+                    self._packed[i],
                 )
         except Exception as err:  # no compiler, an op inductor cannot lower, ...
             self.broken = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"

@@ -61,6 +61,26 @@ def packing_available() -> bool:
         return False
 
 
+@torch.library.custom_op("agentic_rl::packed_linear", mutates_args=())
+def packed_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int
+) -> torch.Tensor:
+    """x @ W^T + b on a oneDNN-packed weight (`PackedLinear.packed`): x [..., in] bfloat16,
+    returns [..., out_features].
+
+    A custom operator so that `torch.compile` can call it: inductor cannot lower
+    `mkldnn._linear_pointwise` on an opaque packed tensor whose shapes are dynamic, but it
+    calls a custom operator as it is (backends/compiled.py's decoding step)."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _packed_linear_shape(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int
+) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
 class PackedLinear(nn.Module):
     """`nn.Linear` whose forward runs on a oneDNN-packed copy of its bfloat16 weight.
 
@@ -89,6 +109,8 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None or x.dtype != torch.bfloat16 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
+        # the operator itself: the custom operator's dispatch costs microseconds a call,
+        # ~200 calls a decoding step, and eager code does not need it
         return torch.ops.mkldnn._linear_pointwise(
             x.contiguous(), self.packed, self.bias, "none", [], ""
         )
