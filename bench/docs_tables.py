@@ -210,10 +210,13 @@ def learning_files(name: str, results: Path) -> list[str]:
     return found
 
 
-def learning_section(name: str, results: Path) -> str:
-    """ "Learning": each bench/learning.py file of the recipe as its table and curve."""
+def learning_section(name: str, results: Path, body: str = "") -> str:
+    """ "Learning": each bench/learning.py file of the recipe as its table and curve, except
+    those the page's own text already shows (`[[learning: FILE]]` in `body`)."""
     parts = []
     for file in learning_files(name, results):
+        if f"[[learning: {file}]]" in body:
+            continue
         key = Path(file).stem
         parts.append(
             f"Does RL itself add? `bench/learning.py {key}` trains this recipe once per seed for a"
@@ -230,7 +233,7 @@ def learning_section(name: str, results: Path) -> str:
 
 def generated_sections(src: RecipeSource, results: Path) -> str:
     """The sections the generator adds to a recipe page: Learning, Departures."""
-    text = learning_section(src.name, results)
+    text = learning_section(src.name, results, src.body)
     if DEPARTURES not in src.body:
         found = departures(src.name)
         if found is None:

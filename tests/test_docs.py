@@ -269,6 +269,8 @@ def test_a_learning_file_gives_its_recipe_a_learning_section(tmp_path):
     assert "[[learning: learning/k.json]]" in section
     assert "[[figure: learning/k.png|" in section
     assert docs_tables.learning_section("t", tmp_path) == ""
+    # a file the page's own text already shows is not shown twice
+    assert docs_tables.learning_section("r", tmp_path, "x [[learning: learning/k.json]]") == ""
 
 
 def test_conditionals_follow_the_results_file(tmp_path):
