@@ -44,6 +44,7 @@ from agentic_rl.envs.benchmarks.textworld_express import (
     TextWorldExpressEnv,
     make_textworld_express_tasks,
 )
+from agentic_rl.envs.benchmarks.webshop import OfficialWebShopEnv, make_webshop_official_tasks
 from agentic_rl.envs.browser.miniwob import MiniWoBEnv
 from agentic_rl.envs.browser.suite import make_miniwob_tasks
 from agentic_rl.envs.code.repair import CodeRepairEnv, make_code_repair_tasks
@@ -127,6 +128,7 @@ ENVS: dict[str, type] = {
     "scienceworld": ScienceWorldEnv,
     "textworld_express": TextWorldExpressEnv,
     "alfworld": ALFWorldEnv,
+    "webshop_official": OfficialWebShopEnv,
     "planner_executor": PlannerExecutorEnv,
     "solver_verifier": SolverVerifierEnv,
 }
@@ -167,6 +169,7 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "scienceworld": make_scienceworld_tasks,
     "textworld_express": make_textworld_express_tasks,
     "alfworld": make_alfworld_tasks,
+    "webshop_official": make_webshop_official_tasks,
     "planner_executor": make_multihop_tasks,
     "solver_verifier": make_calculator_tasks,
 }

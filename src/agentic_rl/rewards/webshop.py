@@ -8,12 +8,18 @@ with the chosen options Y_opt at price y_price scores
 
 - N_att: goal attributes matched by one of Y's attributes (fuzzy token-set ratio > 85) or
   found as a substring of Y's title, bullet points or description;
-- N_opt: goal options matched (token-set ratio > 85) by one of the chosen options;
+- N_opt: chosen options that match a goal option, counted per chosen option as WebShop does:
+  both sides first reduced to the first of WebShop's colour words each contains
+  (`normalize_color`: "rose gold" -> "gold", and, as in WebShop, "standard" -> "tan"); an
+  option named "size" must then equal a goal option, any other matches one with token-set
+  ratio > 85; a chosen option that matches none still counts when it is a substring of Y's
+  title, bullet points or description;
 - r_type from the product type: title_score = |nouns(Y) & nouns(goal)| / |nouns(goal)| (0.2
   if the goal has none); r_type = 1, except 0.5 when neither the query, nor >= 2 category
   levels, nor title_score > 0.2 match; 0.1 when title_score < 0.1; 0 when title_score = 0.
   WebShop takes the nouns from spaCy part-of-speech tags; the generated catalogue
-  (envs/worlds/webshop.py) stores each product's type nouns, which this uses instead.
+  (envs/worlds/webshop.py) stores each product's type nouns, and the official data's reader
+  (envs/benchmarks/webshop.py) tags titles, which this uses instead.
 
 Success is R = 1. `token_set_ratio` is fuzzywuzzy's, on difflib (its pure-Python backend).
 """
@@ -27,6 +33,20 @@ from typing import Any
 
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 MATCH_THRESHOLD = 85
+EXACT_MATCH_OPTIONS = ("size",)  # option names whose value must equal a goal option
+# WebShop's colour words (web_agent_site/engine/normalize.py), in its alphabetical order: an
+# option value is reduced to the first of them it contains.
+_COLOR_WORDS = (
+    "alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze "
+    "brown burgundy camel camo caramel champagne charcoal cheetah chestnut chocolate christmas "
+    "coffee cognac copper coral cranberry cream crystal dark denim eggplant elephant espresso "
+    "fuchsia gold granite grape graphite grass gray green grey heather indigo ivory ivy khaki "
+    "lavender lemon leopard light lilac lime magenta maroon mauve merlot midnight mint mocha "
+    "multicolor mushroom mustard natural navy nude olive orange peach pewter pink plum purple "
+    "rainbow red rose royal rust sand sapphire seashell silver skull slate steel stone "
+    "stonewash sunflower tan taupe teal tiger turquoise violet walnut wheat white wine yellow"
+)
+COLORS = tuple(_COLOR_WORDS.split())
 
 
 def _process(text: str) -> str:
@@ -69,7 +89,7 @@ def type_reward(product: Mapping[str, Any], goal: Mapping[str, Any]) -> float:
 
 def attribute_matches(product: Mapping[str, Any], attributes: Sequence[str]) -> int:
     """N_att: goal attributes matched by the product's attributes or found in its text."""
-    text = " ".join([product["title"], *product["bullets"], product["description"]]).lower()
+    text = _product_text(product)
     matched = 0
     for wanted in attributes:
         if (
@@ -80,25 +100,45 @@ def attribute_matches(product: Mapping[str, Any], attributes: Sequence[str]) -> 
     return matched
 
 
-def option_matches(chosen: Sequence[str], wanted: Sequence[str]) -> int:
-    """N_opt: goal options matched by one of the chosen options."""
-    return sum(
-        any(token_set_ratio(have, goal) > MATCH_THRESHOLD for have in chosen) for goal in wanted
-    )
+def normalize_color(value: str) -> str:
+    """WebShop's `normalize_color`: the first colour word `value` contains, else `value`."""
+    return next((color for color in COLORS if color in value), value)
+
+
+def _product_text(product: Mapping[str, Any]) -> str:
+    return " ".join([product["title"], *product["bullets"], product["description"]]).lower()
+
+
+def option_matches(
+    product: Mapping[str, Any], chosen: Mapping[str, str], wanted: Sequence[str]
+) -> int:
+    """N_opt: chosen options (name -> value) that match a goal option (module doc)."""
+    goals = [normalize_color(w) for w in wanted]
+    text = _product_text(product)
+    matched = 0
+    for name, raw in chosen.items():
+        value = normalize_color(raw)
+        if name.lower() in EXACT_MATCH_OPTIONS:
+            hit = value in goals
+        else:
+            hit = any(token_set_ratio(goal, value) > MATCH_THRESHOLD for goal in goals)
+        matched += hit or value in text
+    return matched
 
 
 def webshop_score(
     product: Mapping[str, Any],
-    chosen_options: Sequence[str],
+    chosen_options: Mapping[str, str],
     price: float,
     goal: Mapping[str, Any],
 ) -> float:
-    """WebShop's R for buying `product` with `chosen_options` at `price` (module doc).
+    """WebShop's R for buying `product` with `chosen_options` (option name -> value) at
+    `price` (module doc).
 
     `product` needs title, bullets, description, attributes, category, query, nouns; `goal`
     needs attributes, options (values), price_upper, category, query, nouns."""
     n_att = attribute_matches(product, goal["attributes"])
-    n_opt = option_matches(chosen_options, goal["options"])
+    n_opt = option_matches(product, chosen_options, goal["options"])
     in_budget = float(price <= goal["price_upper"])
     total = len(goal["attributes"]) + len(goal["options"]) + 1
     return type_reward(product, goal) * (n_att + n_opt + in_budget) / total

@@ -14,7 +14,13 @@ from agentic_rl.envs.worlds.webshop import (
     make_catalogue,
     make_webshop_tasks,
 )
-from agentic_rl.rewards.webshop import token_set_ratio, type_reward, webshop_score
+from agentic_rl.rewards.webshop import (
+    normalize_color,
+    option_matches,
+    token_set_ratio,
+    type_reward,
+    webshop_score,
+)
 from agentic_rl.types import Action
 
 
@@ -49,12 +55,30 @@ def test_token_set_ratio_is_fuzzywuzzys():
 
 def test_webshop_score_by_hand():
     # 1 of 2 attributes (lightweight), 1 of 2 options (black), price 40 <= 50: (1 + 1 + 1) / 5
-    assert webshop_score(PRODUCT, ["black", "10"], 40.0, GOAL) == pytest.approx(3 / 5)
+    chosen = {"color": "black", "shoe size": "10"}
+    assert webshop_score(PRODUCT, chosen, 40.0, GOAL) == pytest.approx(3 / 5)
     # over budget and no option: (1 + 0 + 0) / 5
-    assert webshop_score(PRODUCT, [], 60.0, GOAL) == pytest.approx(1 / 5)
+    assert webshop_score(PRODUCT, {}, 60.0, GOAL) == pytest.approx(1 / 5)
     # an attribute found only in the bullets still counts (substring): "non slip" there
     rich = {**PRODUCT, "bullets": ["Non slip grip"]}
-    assert webshop_score(rich, ["black", "9"], 40.0, GOAL) == pytest.approx(1.0)
+    assert webshop_score(rich, {"color": "black", "shoe size": "9"}, 40.0, GOAL) == 1.0
+
+
+def test_option_matches_count_chosen_options_as_webshop_does():
+    wanted = ["jet black", "x-large", "pack of 12"]
+    # colours reduce to WebShop's colour word on both sides: "black" == "jet black"
+    assert option_matches(PRODUCT, {"color": "black"}, wanted) == 1
+    # an option named "size" must equal a goal option; other names match fuzzily (> 85)
+    assert option_matches(PRODUCT, {"size": "large"}, wanted) == 0
+    assert option_matches(PRODUCT, {"fit": "large"}, wanted) == 1  # "large" in "x-large"
+    assert option_matches(PRODUCT, {"size": "x-large"}, wanted) == 1
+    # a chosen option that matches no goal option counts when the product's text holds it
+    assert option_matches(PRODUCT, {"material": "rubber"}, wanted) == 0
+    assert option_matches(PRODUCT, {"feature": "breathable"}, wanted) == 1
+    # counted per chosen option: nothing chosen, nothing matched
+    assert option_matches(PRODUCT, {}, wanted) == 0
+    assert normalize_color("rose gold") == "gold" and normalize_color("standard") == "tan"
+    assert normalize_color("12 count") == "12 count"
 
 
 def test_type_reward_levels():

@@ -228,6 +228,11 @@ def make_catalogue(seed: int = 0, size: int = 1200) -> Catalogue:
 # ---------------------------------------------------------------------------------------------
 
 
+def option_value(text: str) -> str:
+    """An option value as the shop's pages show it (WebShop's: "/" as " | ", lower case)."""
+    return text.strip().replace("/", " | ").lower()
+
+
 def expert_query(goal: dict[str, Any]) -> str:
     return " ".join([*goal["attributes"], goal["query"]])
 
@@ -323,10 +328,28 @@ class WebShopEnv(DiscreteActionEnv):
         tool_timeout_s: float = 10.0,
     ) -> None:
         del tool_timeout_s  # actions are not tool calls; accepted for a uniform constructor
+        self._open(
+            make_catalogue(catalogue_seed, catalogue_size),
+            max_actions_per_turn,
+            max_steps,
+            format_penalty,
+            results_per_page,
+        )
+
+    def _open(
+        self,
+        catalogue: Catalogue,
+        max_actions_per_turn: int,
+        max_steps: int,
+        format_penalty: float,
+        results_per_page: int,
+    ) -> None:
+        """Set up the shop's pages over `catalogue` (the generated one, or WebShop's own data:
+        envs/benchmarks/webshop.py)."""
         super().__init__([], max_actions_per_turn, max_steps, format_penalty)
         if results_per_page < 1:
             raise ValueError(f"results_per_page must be >= 1, got {results_per_page}")
-        self.catalogue = make_catalogue(catalogue_seed, catalogue_size)
+        self.catalogue = catalogue
         self.results_per_page = results_per_page
         self.goal: dict[str, Any] = {}
         self.page = "search"  # search | results | product | Description | Features
@@ -410,8 +433,9 @@ class WebShopEnv(DiscreteActionEnv):
             self.page = value
         elif value == BUY:
             assert self.product is not None
-            chosen = list(self.selected.values())
-            self.score = webshop_score(self.product, chosen, self.product["price"], self.goal)
+            self.score = webshop_score(
+                self.product, self.selected, self.product["price"], self.goal
+            )
             reward, terminated = self.score, True
         else:  # an option value
             assert self.product is not None
@@ -437,7 +461,8 @@ class WebShopEnv(DiscreteActionEnv):
             lines += [f"[{p['asin']}] {p['title']} ${p['price']:.2f}" for p in self._page_results()]
             if not self.results:
                 lines.append("No products found.")
-            lines.append(" ".join(f"[{b}]" for b in self.clickables() if not b.startswith("B0")))
+            shown = {p["asin"] for p in self._page_results()}
+            lines.append(" ".join(f"[{b}]" for b in self.clickables() if b not in shown))
         else:
             assert self.product is not None
             p = self.product
@@ -474,9 +499,11 @@ class WebShopEnv(DiscreteActionEnv):
         assert self.product is not None
         if self.product["asin"] != goal["asin"]:
             return f"click[{PREV}]"
+        offered = {v.lower() for vs in self.product["options"].values() for v in vs}
         for wanted in goal["options"]:
-            if wanted not in self.selected.values():
-                return f"click[{wanted}]"
+            value = option_value(wanted)
+            if value in offered and value not in self.selected.values():
+                return f"click[{value}]"
         return f"click[{BUY}]"
 
     def expert_turn(self) -> str:
