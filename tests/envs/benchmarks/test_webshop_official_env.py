@@ -209,6 +209,9 @@ def test_the_users_data_errors_name_the_problem(tmp_path, data):
     (broken / "items_human_ins.json").write_text("{")
     with pytest.raises(WebShopDataError, match=r"items_human_ins.json cannot be read as JSON"):
         load_shop(broken)
+    (broken / "items_human_ins.json").write_text(json.dumps({"B000000000": ["an instruction"]}))
+    with pytest.raises(WebShopDataError, match=r"instructions of asin B000000000 are not a list"):
+        load_shop(broken)
     with pytest.raises(ValueError, match="catalogue must be one of 1000, full"):
         load_shop(data, "10k")
     with pytest.raises(ValueError, match="noun_tagger must be one of words, spacy"):

@@ -46,6 +46,7 @@ never run on the real data files.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import random
@@ -255,7 +256,13 @@ def load_shop(root: Path, catalogue: str = "1000", noun_tagger: str = "words") -
         raise WebShopDataError(f"WebShop file {products_file} holds no product")
     goals = []
     for product in products:
-        for number, entry in enumerate(human.get(product["asin"]) or []):
+        entries = human.get(product["asin"]) or []
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise WebShopDataError(
+                f"WebShop file {root / HUMAN_GOALS}: the instructions of asin {product['asin']} "
+                "are not a list of objects"
+            )
+        for number, entry in enumerate(entries):
             if entry.get("instruction_attributes"):
                 goals.append(_goal(product, entry, number))
     random.Random(GOAL_ORDER_SEED).shuffle(goals)
@@ -302,12 +309,13 @@ def make_webshop_official_tasks(
     picked = split_goals(shop.goals, part, test_goals, dev_goals)
     if split == "train":
         random.Random(f"webshop_official/{seed}").shuffle(picked)
-        picked = [
+        findable = (
             (i, g)
             for i, g in picked
             if g["asin"]
             in {p["asin"] for p in shop.catalogue.search(expert_query(g), results_per_page)}
-        ]
+        )
+        picked = list(itertools.islice(findable, n))  # search only as far as needed
     if n > len(picked):
         raise ValueError(
             f"{n} {split} tasks asked, but WebShop's {part} split has {len(picked)} usable goals "
