@@ -163,7 +163,8 @@ def memory_r1(args: argparse.Namespace) -> dict[str, Any]:
     by: every fact ADDed (append-everything), the scripted manager, and - given `--model` (a
     trained manager, e.g. the exported memory_r1 run) - the model, greedy."""
     from agentic_rl.config.rollout import RolloutConfig
-    from agentic_rl.envs.memory.memory_r1 import MemoryR1Env, make_dialogue_tasks
+    from agentic_rl.envs.memory.dialogues import make_dialogue_tasks
+    from agentic_rl.envs.memory.memory_r1 import MemoryR1Env
     from agentic_rl.formats.chat import TagFormat
     from agentic_rl.model.load import load_tokenizer
     from agentic_rl.rollout.actors import expert_actor

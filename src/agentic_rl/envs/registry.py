@@ -66,8 +66,10 @@ from agentic_rl.envs.math.artist import MultiToolMathEnv
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.envs.math.interpreter import MathToolEnv, TextOnlyMathEnv
 from agentic_rl.envs.math.problems import make_math_tasks
-from agentic_rl.envs.memory.memagent import MemAgentEnv, make_long_qa_tasks
-from agentic_rl.envs.memory.memory_r1 import MemoryR1Env, make_dialogue_tasks
+from agentic_rl.envs.memory.dialogues import make_dialogue_tasks
+from agentic_rl.envs.memory.long_qa import make_long_qa_tasks
+from agentic_rl.envs.memory.memagent import MemAgentEnv
+from agentic_rl.envs.memory.memory_r1 import MemoryR1Env
 from agentic_rl.envs.memory.rmm import RMMEnv, make_rmm_tasks
 from agentic_rl.envs.multiagent.planner_executor import PlannerExecutorEnv
 from agentic_rl.envs.multiagent.solver_verifier import SolverVerifierEnv

@@ -9,8 +9,8 @@ from agentic_rl.envs.multiagent.planner_executor import (
     EXECUTOR,
     PLANNER,
     PlannerExecutorEnv,
-    make_multihop_tasks,
 )
+from agentic_rl.envs.search.multihop import make_multihop_tasks
 from agentic_rl.formats.chat import TagFormat
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from agentic_rl.envs.base import check_env
+from agentic_rl.envs.math.calculator import make_calculator_tasks
 from agentic_rl.envs.multiagent import role_reward_key
 from agentic_rl.envs.multiagent.solver_verifier import (
     SOLVER,
     VERIFIER,
     SolverVerifierEnv,
-    make_calculator_tasks,
 )
 from agentic_rl.formats.chat import TagFormat
 

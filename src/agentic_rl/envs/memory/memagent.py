@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import re
 
-from agentic_rl.envs.memory.long_qa import document_text, make_long_qa_tasks
+from agentic_rl.envs.memory.long_qa import document_text
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Message, Observation, StepResult, Task
-
-__all__ = ["MemAgentEnv", "make_long_qa_tasks"]
 
 MEMORY_SLOT = "\x00memory\x00"
 SECTION_SLOT = "\x00section\x00"

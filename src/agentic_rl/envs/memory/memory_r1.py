@@ -35,12 +35,10 @@ from agentic_rl.envs.memory.bank import (
     parse_operation,
     render_operation,
 )
-from agentic_rl.envs.memory.dialogues import NONE, STATE, make_dialogue_tasks
+from agentic_rl.envs.memory.dialogues import NONE, STATE
 from agentic_rl.rewards.qa import exact_match, f1_score
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Message, Observation, StepResult, Task
-
-__all__ = ["MemoryR1Env", "answer_from_bank", "make_dialogue_tasks"]
 
 SYSTEM_PROMPT = (
     "You manage a memory bank about a person. For each new fact, reply with one JSON "

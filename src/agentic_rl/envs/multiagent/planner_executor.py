@@ -32,15 +32,12 @@ from agentic_rl.envs.multiagent import open_conversation
 from agentic_rl.envs.search.multihop import (
     BRIDGE_HINTS,
     get_multihop_search_tool,
-    make_multihop_tasks,
     mentions,
 )
 from agentic_rl.retrieval.qa_corpus import DEFAULT_NUM_ENTITIES
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.types import Action, Observation, StepResult, Task
-
-__all__ = ["PlannerExecutorEnv", "make_multihop_tasks"]
 
 PLANNER, EXECUTOR = "planner", "executor"
 

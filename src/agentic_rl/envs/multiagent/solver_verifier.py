@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import hashlib
 
-from agentic_rl.envs.math.calculator import make_calculator_tasks, parse_number
+from agentic_rl.envs.math.calculator import parse_number
 from agentic_rl.envs.multiagent import open_conversation, role_reward_key
 from agentic_rl.tools.base import EnvActionTool
 from agentic_rl.tools.calculator import evaluate
 from agentic_rl.types import Action, Observation, StepResult, Task
-
-__all__ = ["SolverVerifierEnv", "make_calculator_tasks"]
 
 SOLVER, VERIFIER = "solver", "verifier"
 ACCEPT, REJECT = "accept", "reject"
