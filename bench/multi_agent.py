@@ -1,5 +1,5 @@
 """Multi-agent recipes on the bundled model, with seeds: the planner / executor team against the
-single-agent search recipe at the same token budget, and the solver / verifier team.
+single-agent search recipe at the same token budget, the solver / verifier team and the debate.
 
 Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time limits off):
 
@@ -12,6 +12,7 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
   * solver_verifier_models  the same with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
+  * debate            recipe debate: two debaters, a LoRA adapter each, GRPO grouped per role
 
 Every step logs `decoded_tokens` (tokens the generator sampled), so the table gives held-out
 success after RL, its gain over the evaluation before RL (after the warm start) and that gain per
@@ -43,6 +44,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "planner_executor": ("planner_executor", [*BUDGET, "rollout.max_turns=10"]),
     "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
     "solver_verifier": ("solver_verifier", []),
+    "debate": ("debate", []),
     "solver_verifier_models": (
         "solver_verifier",
         [

@@ -71,6 +71,7 @@ from agentic_rl.envs.memory.long_qa import make_long_qa_tasks
 from agentic_rl.envs.memory.memagent import MemAgentEnv
 from agentic_rl.envs.memory.memory_r1 import MemoryR1Env
 from agentic_rl.envs.memory.rmm import RMMEnv, make_rmm_tasks
+from agentic_rl.envs.multiagent.debate import DebateEnv
 from agentic_rl.envs.multiagent.planner_executor import PlannerExecutorEnv
 from agentic_rl.envs.multiagent.solver_verifier import SolverVerifierEnv
 from agentic_rl.envs.search.multihop import MultiHopQAEnv, make_multihop_tasks
@@ -133,6 +134,7 @@ ENVS: dict[str, type] = {
     "webshop_official": OfficialWebShopEnv,
     "planner_executor": PlannerExecutorEnv,
     "solver_verifier": SolverVerifierEnv,
+    "debate": DebateEnv,
 }
 TASKS: dict[str, Callable[..., list[Task]]] = {
     "calculator": make_calculator_tasks,
@@ -174,6 +176,7 @@ TASKS: dict[str, Callable[..., list[Task]]] = {
     "webshop_official": make_webshop_official_tasks,
     "planner_executor": make_multihop_tasks,
     "solver_verifier": make_calculator_tasks,
+    "debate": make_calculator_tasks,
 }
 # Parameters the trainer fills itself; `env.options` may not set them.
 RESERVED = ("split", "n", "seed", "self")

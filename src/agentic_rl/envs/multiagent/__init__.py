@@ -1,4 +1,4 @@
-"""Multi-agent systems: several roles in one episode, exchanging messages through the env (the planner / executor search team, the solver / verifier math team)."""
+"""Multi-agent systems: several roles in one episode, exchanging messages through the env (the planner / executor search team, the solver / verifier math team, two debaters)."""
 
 from agentic_rl.types import Message, Observation
 

@@ -1,0 +1,132 @@
+"""The debate env: rounds and what each debater sees, the team's outcome, each debater's own
+reward (answer, MAPoRL-style correction shaping, persuasion) by hand, and the scripted debaters."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentic_rl.envs.base import check_env
+from agentic_rl.envs.math.calculator import make_calculator_tasks
+from agentic_rl.envs.multiagent import role_reward_key
+from agentic_rl.envs.multiagent.debate import DebateEnv
+from agentic_rl.envs.registry import ENVS, TASKS
+from agentic_rl.formats.chat import TagFormat
+
+FIRST, SECOND = role_reward_key("first"), role_reward_key("second")
+
+
+def task():
+    return make_calculator_tasks("train", 1, seed=0)[0]
+
+
+def say(env, fmt, text):
+    return env.step(fmt.parse(text, "stop"))
+
+
+def play_expert(env, t):
+    """(role, reply, result) of every conversation of the scripted debate."""
+    fmt = TagFormat(env.tools)
+    obs = env.reset(t, seed=0)
+    played = []
+    while True:
+        reply = env.expert_turn()
+        result = say(env, fmt, reply)
+        played.append((obs.role, reply, result))
+        if result.terminated or result.truncated:
+            return played
+        obs = result.observation
+
+
+def test_registered_and_passes_check_env_with_one_and_two_rounds():
+    assert ENVS["debate"] is DebateEnv and TASKS["debate"] is make_calculator_tasks
+    tasks = make_calculator_tasks("eval", 8, seed=0)
+    # an answer does not end the debate, so the gold-answer check is skipped (and says so)
+    for env in (DebateEnv(), DebateEnv(rounds=1)):
+        skipped = check_env(env, tasks)
+        assert len(skipped) == 1 and skipped[0].startswith("gold answer scores >= a wrong one")
+
+
+def test_each_round_the_debaters_answer_independently_then_see_each_other():
+    env = DebateEnv(rounds=2)
+    fmt = TagFormat(env.tools)
+    t = task()
+    first = env.reset(t, seed=0)
+    assert first.role == "first" and "Round 1 of 2" in first.messages[-1]["content"]
+    second = say(env, fmt, "<answer>41</answer>").observation
+    # the second debater of round 1 does not see the first's answer
+    assert second.role == "second" and "41" not in second.messages[-1]["content"]
+    again = say(env, fmt, "<answer>42</answer>").observation
+    shown = again.messages[-1]["content"]
+    assert again.role == "first" and "Round 2 of 2" in shown
+    assert "Your answer last round: 41. The other debater's answer: 42." in shown
+    other = say(env, fmt, "<answer>41</answer>").observation
+    assert (
+        "Your answer last round: 42. The other debater's answer: 41."
+        in (other.messages[-1]["content"])
+    )
+
+
+def test_rewards_by_hand_a_correction_and_a_persuasion():
+    env = DebateEnv(rounds=2, answer_reward=0.5, alpha=0.5, persuasion_reward=0.25)
+    fmt = TagFormat(env.tools)
+    t = task()
+    gold, wrong = t.answers[0], str(int(float(t.answers[0])) + 3)
+    env.reset(t, seed=0)
+    say(env, fmt, f"<answer>{gold}</answer>")
+    round_1 = say(env, fmt, f"<answer>{wrong}</answer>")
+    # round 1: first right (0.5 x 1), second wrong (0)
+    assert round_1.info[FIRST] == 0.5 and round_1.info[SECOND] == 0.0
+    say(env, fmt, f"<answer>{gold}</answer>")
+    end = say(env, fmt, f"<answer>{gold}</answer>")
+    # round 2, first: 0.5 x 1 + 0.5 x (1 - mean[1]) + 0.25 (it was right, the other wrong and
+    # now right) = 0.75; second: 0.5 x 1 + 0.5 x (1 - mean[0]) = 1.0, a correction
+    assert end.info[FIRST] == pytest.approx(0.75) and end.info[SECOND] == pytest.approx(1.0)
+    assert end.terminated and end.reward == 1.0 and end.info["success"] == 1.0
+    assert end.info["corrections"] == 1.0 and end.info["changed_answers"] == 1.0
+    assert end.info["final_agreement"] == 1.0
+
+
+def test_rewards_by_hand_a_regression_costs_and_the_team_fails():
+    env = DebateEnv(rounds=3, answer_reward=0.5, alpha=0.5, persuasion_reward=0.25)
+    fmt = TagFormat(env.tools)
+    t = task()
+    gold, wrong = t.answers[0], str(int(float(t.answers[0])) + 3)
+    env.reset(t, seed=0)
+    for first, second in [(gold, gold), (gold, wrong), (wrong, wrong)]:
+        say(env, fmt, f"<answer>{first}</answer>")
+        result = say(env, fmt, f"<answer>{second}</answer>")
+    # round 3, first: 0.5 x 0 + 0.5 x (0 - mean[1, 1]) = -0.5; second: 0.5 x 0 + 0.5 x
+    # (0 - mean[1, 0]) = -0.25
+    assert result.info[FIRST] == pytest.approx(-0.5)
+    assert result.info[SECOND] == pytest.approx(-0.25)
+    assert result.terminated and result.reward == 0.0 and result.info["success"] == 0.0
+    assert result.info["corrections"] == 0.0 and result.info["changed_answers"] == 1.0
+
+
+def test_calc_once_a_round_then_answer_anything_else_is_invalid():
+    env = DebateEnv()
+    fmt = TagFormat(env.tools)
+    env.reset(task(), seed=0)
+    computed = say(env, fmt, "<calc>2*3</calc>")
+    assert (
+        computed.info == {"calc_calls": 1.0}
+        and "2*3 = 6" in (computed.observation.messages[-1]["content"])
+    )
+    again = say(env, fmt, "<calc>1+1</calc>")  # a second calc in the round
+    assert again.reward == -0.1 and again.info == {"invalid_action": 1.0}
+    assert again.observation.name == "error" and env.role() == "first"
+    assert say(env, fmt, "no tags at all").info == {"invalid_action": 1.0}
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        DebateEnv(rounds=0)
+
+
+def test_scripted_debaters_answer_and_sometimes_correct_themselves():
+    env = DebateEnv(rounds=2)
+    corrected = 0
+    for t in make_calculator_tasks("train", 16, seed=0):
+        played = play_expert(env, t)
+        last = played[-1][2]
+        assert last.terminated and last.info["success"] == 1.0
+        corrected += int(last.info["corrections"])
+        assert [role for role, _, _ in played][:2] == ["first", "first"]  # calc, then answer
+    assert 0 < corrected < 16  # the warm start shows corrections, and plain agreement
