@@ -9,7 +9,8 @@ RL. It writes `bench/results/learning/KEY.json`:
     {"recipe": ..., "metric": "success", "held_out_tasks": N, "rl_steps": K,
      "seeds": [{"seed": S, "before": x, "warm_start": y, "after_rl": z, "rl_steps": K,
                 "curve": [[step, value], ...], "command": "...", "code_commit": "...",
-                "wall_seconds": ...}, ...],
+                "wall_seconds": ..., "step_metrics": {"entropy": {"first": ..., "last": ...},
+                ...}}, ...],
      "rl_gain": {"mean": ..., "min": ..., "max": ...}, "machine": {...}}
 
 with the metric as a fraction in [0, 1], and a picture of the held-out curves (mean and band
@@ -185,6 +186,9 @@ def seed_row(
         "wall_seconds": run["wall_seconds"],
         "peak_rss_mib": run["peak_rss_mib"],
         "mechanism": run["mechanism"],
+        # every step metric's first- and last-quarter mean (training success, non-zero
+        # advantages, entropy, clipping, grad norm): what to read when a curve stays flat
+        "step_metrics": run["step_metrics"],
     }
 
 

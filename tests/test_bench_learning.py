@@ -11,7 +11,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import FAMILIES, eval_curve, flat_summary, recipe_stages, rl_gain  # noqa: E402
+from learning import (  # noqa: E402
+    FAMILIES,
+    eval_curve,
+    flat_summary,
+    recipe_stages,
+    rl_gain,
+    seed_row,
+)
 
 
 def test_eval_curve_reads_the_held_out_evaluations(tmp_path: Path) -> None:
@@ -85,3 +92,22 @@ def test_a_multi_stage_run_reads_as_its_rl_stage() -> None:
 def test_a_multi_stage_recipe_names_its_stages() -> None:
     assert recipe_stages("vln_r1") == ["sft", "rl"]
     assert recipe_stages("search_qa_grpo") == []
+
+
+def test_a_seed_row_keeps_the_runs_step_metrics_for_diagnosis() -> None:
+    run = {
+        "seed": 1,
+        "rl_steps": 4,
+        "wall_seconds": 10.0,
+        "peak_rss_mib": 100.0,
+        "mechanism": {"success": {"first": 0.5, "last": 0.75}},
+        "step_metrics": {"nonzero_adv_fraction": {"first": 0.25, "last": 0.5}},
+    }
+    summary = {
+        "before": {"success": 0.0},
+        "warm_start": {"success": 0.5},
+        "after": {"success": 0.6},
+    }
+    row = seed_row(run, summary, [[0, 0.5], [4, 0.6]], "success", "cmd", "abc")
+    assert row["step_metrics"] == {"nonzero_adv_fraction": {"first": 0.25, "last": 0.5}}
+    assert (row["before"], row["warm_start"], row["after_rl"]) == (0.0, 0.5, 0.6)
