@@ -80,7 +80,13 @@ def test_pairs_are_built_at_the_first_failing_step(scripted, tokenizer, tmp_path
     global LAST
     cfg = load_config(
         "ui_tars",
-        [*FAST, f"trainer.out_dir={tmp_path}", "env.options.tasks=enter-text"],
+        # 3 turns: the right text, the wrong click, then the agent's next action (a recovery)
+        [
+            *FAST,
+            f"trainer.out_dir={tmp_path}",
+            "env.options.tasks=enter-text",
+            "rollout.max_turns=3",
+        ],
         smoke=True,
     )
     setup = build(cfg)
@@ -93,8 +99,11 @@ def test_pairs_are_built_at_the_first_failing_step(scripted, tokenizer, tmp_path
     pairs, counts = failure_pairs(
         episodes, tasks, groups, 5, lambda: make_envs(cfg, 1)[0], setup.fmt, tokenizer
     )
-    assert counts["failed"] == 2 and counts["pairs"] == 2 and len(pairs) == 2
-    for pair, trajectory in zip(pairs, episodes, strict=False):
+    assert counts["failed"] == 2 and counts["pairs"] == 2 and counts["recovery_pairs"] == 2
+    corrections = [p for p in pairs if p.kind == "correction"]
+    recoveries = [p for p in pairs if p.kind == "recovery"]
+    assert len(corrections) == len(recoveries) == 2
+    for pair, trajectory in zip(corrections, episodes, strict=False):
         assert pair.turn == 1  # turn 0 (typing the text) was right; clicking the box was not
         start, end = trajectory.turn_spans[1]
         prefix = trajectory.token_ids[:start]
@@ -106,6 +115,21 @@ def test_pairs_are_built_at_the_first_failing_step(scripted, tokenizer, tmp_path
         assert chosen == submit and "click(1)" in tokenizer.decode(pair.rejected.token_ids[start:])
         for side in (pair.chosen, pair.rejected):
             assert side.loss_mask == [0] * start + [1] * (len(side.token_ids) - start)
+    submit = "<action>click(2)</action>"
+    for pair, trajectory in zip(recoveries, episodes, strict=False):
+        # the step after the error: the erroneous click sits in the shared prefix, untrained
+        assert pair.turn == 2
+        start, end = trajectory.turn_spans[2]
+        assert pair.chosen.token_ids[:start] == trajectory.token_ids[:start]
+        assert pair.rejected.token_ids == trajectory.token_ids[:end]
+        assert tokenizer.decode(pair.chosen.token_ids[start:]) == submit  # the recovery
+        assert "stuck" in tokenizer.decode(pair.rejected.token_ids[start:])
+        for side in (pair.chosen, pair.rejected):
+            assert side.loss_mask == [0] * start + [1] * (len(side.token_ids) - start)
+    without, counts = failure_pairs(
+        episodes, tasks, groups, 5, lambda: make_envs(cfg, 1)[0], setup.fmt, tokenizer, False
+    )
+    assert [p.kind for p in without] == ["correction"] * 2 and counts["recovery_pairs"] == 0
 
 
 @pytest.mark.browser
@@ -118,6 +142,7 @@ def test_learning_from_failures_trains_dpo_on_the_pairs(scripted, tmp_path):
             *FAST,
             f"trainer.out_dir={tmp_path}",
             "env.options.tasks=enter-text",
+            "rollout.max_turns=3",
             "*:dpo.failure_tasks=4",  # this test builds the recipe's base config, not a stage
             "dpo.lr=1e-3",
             "dpo.epochs=2",
@@ -133,11 +158,14 @@ def test_learning_from_failures_trains_dpo_on_the_pairs(scripted, tmp_path):
         metrics = learn_from_failures(setup, logger, tmp_path)
     n = cfg.dpo.failure_tasks  # --smoke makes it 8
     assert metrics["failed"] == n and metrics["pairs"] == n and metrics["steps"] > 0
+    assert metrics["recovery_pairs"] == n  # the agent gives up after its error: a recovery pair
     assert metrics["margin"] > 0  # the policy now prefers the corrections
     moved = any(not torch.equal(before[k], v) for k, v in setup.policy.state_dict().items())
     assert moved
     rows = [json.loads(line) for line in (tmp_path / "failure_pairs.jsonl").open()]
-    assert len(rows) == n and all(r["turn"] == 1 for r in rows)
+    assert len(rows) == 2 * n
+    assert [r["turn"] for r in rows if r["kind"] == "correction"] == [1] * n
+    assert [r["turn"] for r in rows if r["kind"] == "recovery"] == [2] * n
     assert [r for r in read_metrics(tmp_path / "metrics.jsonl") if "failure_dpo/pairs" in r]
 
 

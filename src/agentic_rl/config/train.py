@@ -80,6 +80,11 @@ class DPOConfig:
     scripted expert's action preferred over the agent's, same token prefix), and the policy is
     trained with DPO (beta, lr, epochs, batch_size above) on them. Needs an env with a scripted
     expert; 0 disables it."""
+    recovery_pairs: bool = True
+    """With failure_tasks: also a pair at the step after the error, as UI-TARS trains it: the
+    agent's erroneous action is executed, and where the agent's next action differs from the
+    scripted expert's recovery at that state, the recovery is preferred (the error sits in the
+    shared prefix, never trained)."""
 
 
 @dataclass

@@ -10,7 +10,12 @@ before that turn, token for token (the same prompt, the same earlier turns and o
     chosen   = prefix + the expert's action at that state   (loss mask 1 on the action only)
     rejected = prefix + the agent's action as it was sampled (its exact token ids)
 
-and DPO (train/dpo.py) prefers the correction. "Differs" is judged by the env's
+and DPO (train/dpo.py) prefers the correction. UI-TARS also trains the step after the error
+(`dpo.recovery_pairs`): the replay executes the agent's erroneous action, and at the next turn,
+if the agent's own next action differs from the expert's there, a second pair prefers the
+expert's recovery over it, with the error in the shared prefix (loss mask 0: the error itself is
+never trained). An episode the error ended, or whose next action was already the expert's, has
+no recovery pair. "Differs" is judged by the env's
 `canonical_action` where it has one (so `click( 3 )` equals `click(3)`), else by the parsed
 action's fields; any deviation from the expert counts, which is conservative where several
 orders would succeed. A replay that does not reproduce the episode's observations (an env that
@@ -46,8 +51,9 @@ class FailurePair:
 
     chosen: Trajectory
     rejected: Trajectory
-    turn: int  # the failing turn (0-based)
+    turn: int  # the turn of the pair (0-based): the failing turn, or the one after it
     task_id: str
+    kind: str = "correction"  # "correction" (at the error) or "recovery" (the turn after it)
 
 
 def reset_seed(seed: int, group: str) -> int:
@@ -74,45 +80,67 @@ def _pair_side(prefix: Trajectory, end: int, ids: Sequence[int], mask: Sequence[
     )
 
 
-def first_failure_pair(
+def _pair_at(
+    trajectory: Trajectory,
+    k: int,
+    agent_ids: Sequence[int],
+    expert: Action,
+    fmt: ChatFormat,
+    tokenizer: Any,
+    task: Task,
+    kind: str,
+) -> FailurePair:
+    start, end = trajectory.turn_spans[k]
+    chosen_ids = encode_text(tokenizer, fmt.render_action(expert))
+    return FailurePair(
+        chosen=_pair_side(trajectory, start, chosen_ids, [1] * len(chosen_ids)),
+        rejected=_pair_side(trajectory, start, agent_ids, trajectory.loss_mask[start:end]),
+        turn=k,
+        task_id=task.task_id,
+        kind=kind,
+    )
+
+
+def failing_step_pairs(
     trajectory: Trajectory,
     task: Task,
     env: Env,
     fmt: ChatFormat,
     tokenizer: Any,
     seed: int,
-) -> tuple[FailurePair | None, str]:
+    recovery: bool = True,
+) -> tuple[list[FailurePair], str]:
     """The pair at the first failing turn of `trajectory` (played from `env.reset(task, seed)`)
-    and "" , or None and why there is none ("no_deviation", "replay_mismatch", "expert_error")."""
+    and, with `recovery`, the recovery pair at the turn after it (module doc), and "" ; or no
+    pair and why ("no_deviation", "replay_mismatch", "expert_error")."""
     env.reset(task, seed)
     expert_parser = TagFormat(env.tools)  # the expert writes the tag format
     spans = trajectory.turn_spans
+    pairs: list[FailurePair] = []
     for k, (start, end) in enumerate(spans):
         agent_ids = trajectory.token_ids[start:end]
         agent = fmt.parse(tokenizer.decode(agent_ids), "stop")
         try:
             expert = expert_parser.parse(env.expert_turn(), "stop")
         except Exception:  # an expert that cannot act here (an unforeseen page): no pair
-            return None, "expert_error"
+            return pairs, "" if pairs else "expert_error"
         if canonical(env, agent) != canonical(env, expert):
-            chosen_ids = encode_text(tokenizer, fmt.render_action(expert))
-            pair = FailurePair(
-                chosen=_pair_side(trajectory, start, chosen_ids, [1] * len(chosen_ids)),
-                rejected=_pair_side(trajectory, start, agent_ids, trajectory.loss_mask[start:end]),
-                turn=k,
-                task_id=task.task_id,
-            )
-            return pair, ""
+            kind = "recovery" if pairs else "correction"
+            pairs.append(_pair_at(trajectory, k, agent_ids, expert, fmt, tokenizer, task, kind))
+            if kind == "recovery" or not recovery:
+                return pairs, ""
+        elif pairs:  # the agent's next action was the expert's: it recovered by itself
+            return pairs, ""
         result = env.step(agent)
         if result.terminated or result.truncated or k + 1 == len(spans):
             break
         # The replay must see what the agent saw: the observation tokens between the turns.
         if result.observation is None:
-            return None, "replay_mismatch"
+            return pairs, "" if pairs else "replay_mismatch"
         obs_ids = encode_text(tokenizer, fmt.render_observation(result.observation))
         if list(trajectory.token_ids[end : spans[k + 1][0]]) != obs_ids:
-            return None, "replay_mismatch"
-    return None, "no_deviation"
+            return pairs, "" if pairs else "replay_mismatch"
+    return pairs, "" if pairs else "no_deviation"
 
 
 def failure_pairs(
@@ -123,25 +151,26 @@ def failure_pairs(
     new_env: Callable[[], Env],
     fmt: ChatFormat,
     tokenizer: Any,
+    recovery: bool = True,
 ) -> tuple[list[FailurePair], dict[str, float]]:
-    """Pairs from the failed episodes (success < 1) and counts of what happened to each."""
-    counts = dict.fromkeys(
-        ("episodes", "failed", "pairs", "no_deviation", "replay_mismatch", "expert_error"), 0.0
-    )
+    """Pairs from the failed episodes (success < 1) and counts of what happened to each:
+    `pairs` at the first failing step, `recovery_pairs` at the step after it."""
+    keys = ("episodes", "failed", "pairs", "recovery_pairs")
+    counts = dict.fromkeys((*keys, "no_deviation", "replay_mismatch", "expert_error"), 0.0)
     pairs = []
     for trajectory, task, group in zip(episodes, tasks, groups, strict=True):
         counts["episodes"] += 1
         if trajectory.metrics.get("success", 0.0) >= 1.0 or not trajectory.turn_spans:
             continue
         counts["failed"] += 1
-        pair, why = first_failure_pair(
-            trajectory, task, new_env(), fmt, tokenizer, reset_seed(seed, group)
+        found, why = failing_step_pairs(
+            trajectory, task, new_env(), fmt, tokenizer, reset_seed(seed, group), recovery
         )
-        if pair is None:
+        if not found:
             counts[why] += 1
-        else:
+        for pair in found:
             pairs.append(pair)
-            counts["pairs"] += 1
+            counts["pairs" if pair.kind == "correction" else "recovery_pairs"] += 1
     return pairs, counts
 
 
@@ -153,7 +182,7 @@ def write_pairs(path: Path, pairs: Sequence[FailurePair]) -> None:
                 side: {"token_ids": t.token_ids, "loss_mask": t.loss_mask, "task_id": p.task_id}
                 for side, t in (("chosen", p.chosen), ("rejected", p.rejected))
             }
-            f.write(json.dumps({**record, "turn": p.turn}) + "\n")
+            f.write(json.dumps({**record, "turn": p.turn, "kind": p.kind}) + "\n")
 
 
 def learn_from_failures(
@@ -173,11 +202,18 @@ def learn_from_failures(
     )
     episodes = [samples[0] for samples in collect.play(setup, tasks, groups, act, seed)]
     pairs, counts = failure_pairs(
-        episodes, tasks, groups, seed, lambda: make_envs(cfg, 1)[0], setup.fmt, setup.tokenizer
+        episodes,
+        tasks,
+        groups,
+        seed,
+        lambda: make_envs(cfg, 1)[0],
+        setup.fmt,
+        setup.tokenizer,
+        cfg.dpo.recovery_pairs,
     )
     print(
         f"learning from failures: {int(counts['failed'])} of {len(tasks)} episodes failed, "
-        f"{len(pairs)} pairs",
+        f"{int(counts['pairs'])} pairs at the error, {int(counts['recovery_pairs'])} after it",
         flush=True,
     )
     metrics = {f"{k}": v for k, v in counts.items()}
