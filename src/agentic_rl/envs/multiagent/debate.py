@@ -36,17 +36,19 @@ first's correct answer, computes and corrects itself, so the warm start shows a 
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 
-from agentic_rl.envs.math.calculator import parse_number
-from agentic_rl.envs.multiagent import open_conversation, role_reward_key
-from agentic_rl.tools.base import EnvActionTool
-from agentic_rl.tools.calculator import evaluate
+from agentic_rl.envs.multiagent import (
+    CALC_TOOL,
+    answer_is_correct,
+    calculation,
+    open_conversation,
+    role_reward_key,
+    scripted_mistake,
+)
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 DEBATERS = ("first", "second")
-CALC_TOOL = EnvActionTool("calc", "Evaluate an arithmetic expression.", "expression", "result")
 PROMPT = (
     "You are one of two debaters solving a math problem. To calculate, write "
     "<calc>expression</calc>; the result comes back. Then write <answer>number</answer> with "
@@ -121,13 +123,7 @@ class DebateEnv:
         """Apply the open debater's reply and open the next conversation (or end the debate)."""
         assert self.task is not None, "reset first"
         if action.kind == "tool" and action.name == CALC_TOOL.name and not self.calc:
-            expression = action.arguments[CALC_TOOL.argument]
-            try:
-                value = evaluate(expression)
-                shown = str(int(value)) if value == int(value) else f"{value:g}"
-            except Exception as err:  # a bad expression is the model's mistake: data
-                shown = f"error ({err})"
-            self.calc = f"{expression.strip()} = {shown}"
+            self.calc = calculation(action.arguments[CALC_TOOL.argument])
             return StepResult(self._open(), 0.0, info={"calc_calls": 1.0})
         if action.kind != "answer":
             note = action.error or "write <calc> once a round, then <answer>"
@@ -175,22 +171,16 @@ class DebateEnv:
 
     def _correct(self, answer: str) -> bool:
         assert self.task is not None
-        value = parse_number(answer)
-        return value is not None and any(value == float(g) for g in self.task.answers)
+        return answer_is_correct(self.task, answer)
 
     # -- the scripted debaters (warm start) ---------------------------------------------------
-    def _guesses(self) -> bool:
-        """Whether the scripted second debater's first answer is a wrong guess on this task."""
-        assert self.task is not None
-        digest = hashlib.sha256(self.task.task_id.encode()).digest()
-        return digest[0] / 256 < self.expert_mistakes
-
     def expert_turn(self) -> str:
         """The open debater's scripted reply: compute the task's expression, then answer (the
         second debater's first answer is a wrong guess on `expert_mistakes` of the tasks)."""
         assert self.task is not None, "expert_turn() before reset()"
         expression, answer = self.task.fields["expression"], self.task.answers[0]
-        if self.role() == DEBATERS[1] and self.round == 1 < self.rounds and self._guesses():
+        second_guesses = self.role() == DEBATERS[1] and self.round == 1 < self.rounds
+        if second_guesses and scripted_mistake(self.task, self.expert_mistakes):
             return f"<answer>{int(float(answer)) + 10}</answer>"
         if not self.calc:
             return f"<calc>{expression}</calc>"

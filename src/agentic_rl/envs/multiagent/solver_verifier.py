@@ -29,18 +29,20 @@ verifier checks and rejects, so the warm start shows both verdicts.
 
 from __future__ import annotations
 
-import hashlib
-
-from agentic_rl.envs.math.calculator import parse_number
-from agentic_rl.envs.multiagent import open_conversation, role_reward_key
+from agentic_rl.envs.multiagent import (
+    CALC_TOOL,
+    answer_is_correct,
+    calculation,
+    open_conversation,
+    role_reward_key,
+    scripted_mistake,
+)
 from agentic_rl.tools.base import EnvActionTool
-from agentic_rl.tools.calculator import evaluate
 from agentic_rl.types import Action, Observation, StepResult, Task
 
 SOLVER, VERIFIER = "solver", "verifier"
 ACCEPT, REJECT = "accept", "reject"
 
-CALC_TOOL = EnvActionTool("calc", "Evaluate an arithmetic expression.", "expression", "result")
 VERDICT_TOOL = EnvActionTool(
     "verdict", "Accept or reject the proposed answer.", "decision", choices=(ACCEPT, REJECT)
 )
@@ -126,13 +128,7 @@ class SolverVerifierEnv:
         """Apply the open role's reply and open the next conversation (or end the episode)."""
         assert self.task is not None, "reset first"
         if action.kind == "tool" and action.name == CALC_TOOL.name and not self.calc:
-            expression = action.arguments[CALC_TOOL.argument]
-            try:
-                value = evaluate(expression)
-                shown = str(int(value)) if value == int(value) else f"{value:g}"
-            except Exception as err:  # a bad expression is the model's mistake: data
-                shown = f"error ({err})"
-            self.calc = f"{expression.strip()} = {shown}"
+            self.calc = calculation(action.arguments[CALC_TOOL.argument])
             reopen = self._solver() if self.phase == "solve" else self._verifier()
             return StepResult(reopen, 0.0, info={"calc_calls": 1.0})
         if self.phase == "solve":
@@ -183,15 +179,13 @@ class SolverVerifierEnv:
 
     def _is_correct(self, answer: str) -> bool:
         assert self.task is not None
-        value = parse_number(answer)
-        return value is not None and any(value == float(g) for g in self.task.answers)
+        return answer_is_correct(self.task, answer)
 
     # -- the scripted team (warm start) ------------------------------------------------------
     def _guesses(self) -> bool:
         """Whether the scripted solver's first proposal is a wrong guess on this task."""
         assert self.task is not None
-        digest = hashlib.sha256(self.task.task_id.encode()).digest()
-        return digest[0] / 256 < self.expert_mistakes
+        return scripted_mistake(self.task, self.expert_mistakes)
 
     def expert_turn(self) -> str:
         """The scripted reply of the role that acts next: the solver computes the task's
