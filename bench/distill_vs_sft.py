@@ -140,6 +140,28 @@ def sft_arm(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return {"eval": evals, "demos": len(demos), "wall_seconds": time.time() - t0}
 
 
+def summarise(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm and evaluation mark: held-out success (mean, min, max over seeds) and the
+    mean training seconds to reach it (evaluation time excluded)."""
+    rows = []
+    for arm, seeds in results.items():
+        runs = list(seeds.values())
+        for i, point in enumerate(runs[0]["eval"]):
+            success = [r["eval"][i]["success"] for r in runs]
+            rows.append(
+                {
+                    "arm": arm,
+                    "optimizer_steps": point["optimizer_steps"],
+                    "seeds": len(runs),
+                    "success": statistics.fmean(success),
+                    "success_min": min(success),
+                    "success_max": max(success),
+                    "train_seconds": statistics.fmean(r["eval"][i]["train_seconds"] for r in runs),
+                }
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--teacher", default="")
@@ -169,17 +191,19 @@ def main() -> None:
                         "args": vars(args),
                         "machine": platform.platform(),
                         "results": results,
+                        "summary": summarise(results),
+                        "final": {row["arm"]: row for row in summarise(results)},
                     },
                     indent=1,
                 )
             )
-    print("| arm | optimizer steps | held-out success (mean of seeds) | train seconds (mean) |")
-    print("|---|---|---|---|")
-    for arm, seeds in results.items():
-        for i, point in enumerate(next(iter(seeds.values()))["eval"]):
-            succ = statistics.fmean(r["eval"][i]["success"] for r in seeds.values())
-            secs = statistics.fmean(r["eval"][i]["train_seconds"] for r in seeds.values())
-            print(f"| {arm} | {point['optimizer_steps']} | {succ:.3f} | {secs:.0f} |")
+    print("| arm | optimizer steps | seeds | held-out success (mean, range) | train seconds |")
+    print("|---|---|---|---|---|")
+    for row in summarise(results):
+        print(
+            f"| {row['arm']} | {row['optimizer_steps']} | {row['seeds']} | {row['success']:.3f}"
+            f" ({row['success_min']:.2f}-{row['success_max']:.2f}) | {row['train_seconds']:.0f} |"
+        )
 
 
 if __name__ == "__main__":
