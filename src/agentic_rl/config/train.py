@@ -24,6 +24,13 @@ class OptimConfig:
     micro_batch_size: int = 8
     """Sequences per forward/backward (RL update and warm start); gradients accumulate over
     the batch."""
+    micro_batch_tokens: int = 0
+    """Most tokens per forward/backward besides micro_batch_size's rows (RL update, no-grad
+    logprob and value passes, warm start / SFT), counted as the pass runs them: a group's
+    shared prompt once when packed (model.share_prefix), else every row padded to the longest;
+    a longer row runs alone. Bounds activation memory on long prompts (veRL's
+    ppo_max_token_len_per_gpu). The gradient does not depend on it. 0 = rows only. One process
+    only (learner.strategy=single); the DPO stage batches by dpo.batch_size."""
 
 
 @dataclass

@@ -105,6 +105,7 @@ def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
             "trainer.save_every",
             "trainer.max_minutes",
             "optim.lr",
+            "optim.micro_batch_tokens",
             "optim.warmup_steps",
             "optim.max_grad_norm",
             "algo.kl_coef",

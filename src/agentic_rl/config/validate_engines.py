@@ -148,6 +148,11 @@ def _validate_learner(cfg: Config) -> None:
         ("model.lora_rank", 0, "the adapters would be sharded like full weights"),
         ("rollout.max_staleness", 0, "the rollout worker would race the sharded update"),
         ("ray.enabled", False, "every process would start its own Ray env workers"),
+        (
+            "optim.micro_batch_tokens",
+            0,
+            "the processes must run as many micro-batches each; use optim.micro_batch_size",
+        ),
     ):
         section, name = key.split(".")
         value = getattr(getattr(cfg, section, None), name, off)

@@ -137,35 +137,87 @@ def tree_order(batch: TrainBatch, rows: torch.Tensor) -> torch.Tensor:
     return rows[torch.argsort(rank, stable=True)]
 
 
+@dataclass(frozen=True)
+class RowTokens:
+    """What a micro-batch of consecutive rows costs in tokens (optim.micro_batch_tokens).
+
+    `lengths[i]`: row i's tokens; `shared[i]`: the leading tokens row i shares with row i - 1.
+    `packed`: the learner pass runs a micro-batch as one packed row (model.share_prefix), a
+    prefix shared with the row before once (a group's prompt, a tree's common turns:
+    model/packing.py); otherwise every row padded to the micro-batch's longest."""
+
+    lengths: Sequence[int]
+    shared: Sequence[int]
+    packed: bool
+
+    def cost(self, start: int, end: int) -> int:
+        """Tokens of the micro-batch [start, end): e.g. lengths [10, 12, 9], shared [0, 8, 8],
+        packed: 10 + (12 - 8) + (9 - 8) = 15 for [0, 3), 12 + 1 = 13 for [1, 3); padded:
+        3 x 12 = 36."""
+        if end <= start:
+            return 0
+        if not self.packed:
+            return (end - start) * max(self.lengths[start:end])
+        rest = sum(self.lengths[i] - self.shared[i] for i in range(start + 1, end))
+        return self.lengths[start] + rest
+
+
+def row_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: bool) -> RowTokens:
+    """`RowTokens` of right-padded rows [R, T] in their order: each row's length and the
+    leading tokens it has in common with the row before it."""
+    lengths = attention_mask.sum(dim=1)
+    shared = torch.zeros_like(lengths)
+    if len(lengths) > 1:
+        alike = (input_ids[1:] == input_ids[:-1]) & (attention_mask[1:] > 0)
+        alike &= attention_mask[:-1] > 0
+        shared[1:] = alike.long().cumprod(dim=1).sum(dim=1)
+    return RowTokens(lengths.tolist(), shared.tolist(), packed)
+
+
 def micro_batch_bounds(
-    count: int, size: int, trees: Sequence[int] | None = None
+    count: int,
+    size: int,
+    trees: Sequence[int] | None = None,
+    tokens: RowTokens | None = None,
+    max_tokens: int = 0,
 ) -> list[tuple[int, int]]:
-    """[start, end) of each micro-batch of `count` rows: every `size` rows; given each row's
-    tree (`trees`, a tree's rows consecutive: `tree_order`), whole trees, as many as fit in
-    `size` rows, and a tree larger than `size` cut every `size` rows. A tree split over two
-    micro-batches would have its shared turns forwarded in both (model/packing.py); the
-    micro-batches may be more, and smaller, and no more tokens pass the linear layers.
-    Micro-batch losses are normalised by their mini-batch's counts, so the gradient does not
-    depend on the cut.
+    """[start, end) of each micro-batch of `count` rows: at most `size` rows each and, with
+    `max_tokens` > 0, at most `max_tokens` tokens as the pass runs them (`tokens`: RowTokens;
+    a row over the budget on its own is a micro-batch of one). Given each row's tree
+    (`trees`, a tree's rows consecutive: `tree_order`), whole trees, as many as fit, and a tree
+    that fits in no micro-batch cut where the limits fall. A tree split over two micro-batches
+    would have its shared turns forwarded in both (model/packing.py); the micro-batches may be
+    more, and smaller, and no more tokens pass the linear layers. Micro-batch losses are
+    normalised by their mini-batch's counts, so the gradient does not depend on the cut.
 
     E.g. trees [0, 0, 0, 1, 1, 1, 2, 2], size 4: [(0, 3), (3, 6), (6, 8)] (every 4 rows:
-    [(0, 4), (4, 8)]); trees [0, 0, 0, 0, 0, 1], size 4: [(0, 4), (4, 6)]."""
+    [(0, 4), (4, 8)]); trees [0, 0, 0, 0, 0, 1], size 4: [(0, 4), (4, 6)]; lengths
+    [5, 5, 5, 9], nothing shared, packed, size 8, max_tokens 10: [(0, 2), (2, 3), (3, 4)]."""
     if size < 1:
         raise ValueError(f"micro-batch size {size} < 1")
-    if trees is None:
-        return [(start, min(start + size, count)) for start in range(0, count, size)]
+    if max_tokens > 0 and tokens is None:
+        raise ValueError("a token budget needs the rows' tokens (RowTokens)")
+
+    def fits(start: int, end: int) -> bool:
+        if end - start > size:
+            return False
+        return max_tokens <= 0 or tokens is None or tokens.cost(start, end) <= max_tokens
+
     bounds: list[tuple[int, int]] = []
-    start = first = 0  # the open micro-batch's first row, the tree's first row
+    start = first = 0  # the open micro-batch's first row, the unit's (tree's or row's) first
     while first < count:
-        end = first
-        while end < count and trees[end] == trees[first]:
+        end = first + 1
+        while trees is not None and end < count and trees[end] == trees[first]:
             end += 1
-        if end - start > size and first > start:  # the tree does not fit beside the others
+        if first > start and not fits(start, end):  # the unit does not fit beside the others
             bounds.append((start, first))
             start = first
-        while end - start > size:  # nor in one micro-batch of its own
-            bounds.append((start, start + size))
-            start += size
+        while not fits(start, end):  # nor in a micro-batch of its own: cut where limits fall
+            cut = start + 1
+            while cut < end and fits(start, cut + 1):
+                cut += 1
+            bounds.append((start, cut))
+            start = cut
         first = end
     if start < count:
         bounds.append((start, count))

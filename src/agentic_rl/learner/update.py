@@ -31,6 +31,7 @@ from agentic_rl.learner.batch import (
     micro_batch_bounds,
     micro_batch_role,
     role_parts,
+    row_tokens,
     tree_order,
 )
 from agentic_rl.model.critic import critic_values, reads_policy_states
@@ -101,9 +102,11 @@ def forward_no_grad(
     dp: DataParallel | None = None,
     share_prefix: bool = False,
     temperature: float = 1.0,
+    max_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (and values) without gradients, in micro-batches: reference / critic / pi_old
-    passes, logprobs at the sampling `temperature` (`sampling_temperature`).
+    """Logprobs (and values) without gradients, in micro-batches of at most `micro` rows and,
+    with `max_tokens` > 0, that many tokens (optim.micro_batch_tokens): reference / critic /
+    pi_old passes, logprobs at the sampling `temperature` (`sampling_temperature`).
     With `dp` (learner.strategy=fsdp2) each process runs its share of the rows; all get all.
     Rows stay in batch order, which keeps a group's rows (and their shared prompt) together;
     with `share_prefix`, a tree rollout's leaves are brought together (`tree_order`) and kept
@@ -119,7 +122,7 @@ def forward_no_grad(
     chunks = [
         part[start:end]
         for part in role_parts(batch, tree_order(batch, rows) if trees else rows, bool(roles))
-        for start, end in _bounds(batch, part, micro, trees)
+        for start, end in _bounds(batch, part, micro, trees, max_tokens, share_prefix)
     ]
     for rows in chunks:
         mb = batch.select(rows).to(device)
@@ -199,6 +202,7 @@ def recompute_old_logprobs(
             dp=dp,
             share_prefix=cfg.model.share_prefix and dp is None,
             temperature=sampling_temperature(cfg),
+            max_tokens=cfg.optim.micro_batch_tokens,
         )
     batch.old_recomputed = True
 
@@ -311,7 +315,13 @@ def update(
             measure = measurable and not grad_norms
             optimizer.zero_grad(set_to_none=True)
             parts = micro_batches(
-                batch, rows, cfg.optim.micro_batch_size, dp, bool(roles), keep_trees=share_prefix
+                batch,
+                rows,
+                cfg.optim.micro_batch_size,
+                dp,
+                bool(roles),
+                packed=share_prefix,
+                max_tokens=cfg.optim.micro_batch_tokens,
             )
             for mb, weight in parts:
                 mb = mb.to(device)  # trainer.device (a no-op on the CPU and under fsdp2)
@@ -387,27 +397,39 @@ def micro_batches(
     size: int,
     dp: DataParallel | None = None,
     by_role: bool = False,
-    keep_trees: bool = False,
+    packed: bool = False,
+    max_tokens: int = 0,
 ) -> Iterator[tuple[TrainBatch, float]]:
     """The micro-batches of `rows` this process runs, each with the weight of its loss: every
     one of them, weight 1, in a single process; with `dp`, this process's share (fsdp.py).
     `by_role`: no micro-batch mixes agent roles (`role_parts`; model.role_policies);
-    `keep_trees` (prefix sharing): a tree's leaves, consecutive in `rows`, are not split over
-    micro-batches where they fit in one (`micro_batch_bounds`)."""
+    `packed` (prefix sharing): a tree's leaves, consecutive in `rows`, are not split over
+    micro-batches where they fit in one (`micro_batch_bounds`); `max_tokens` > 0: at most
+    that many tokens a micro-batch as the pass runs them (optim.micro_batch_tokens; one process
+    only, which config validation enforces)."""
     if dp is not None:
         yield from dp.micro_batches(batch, rows, size)
         return
     for part in role_parts(batch, rows, by_role):
-        for start, end in _bounds(batch, part, size, keep_trees):
+        for start, end in _bounds(batch, part, size, packed, max_tokens, packed):
             yield batch.select(part[start:end]), 1.0
 
 
 def _bounds(
-    batch: TrainBatch, rows: torch.Tensor, size: int, keep_trees: bool
+    batch: TrainBatch,
+    rows: torch.Tensor,
+    size: int,
+    keep_trees: bool,
+    max_tokens: int = 0,
+    packed: bool = False,
 ) -> list[tuple[int, int]]:
-    """`micro_batch_bounds` of `rows`, by their trees when `keep_trees` and the batch has any."""
+    """`micro_batch_bounds` of `rows`: by their trees when `keep_trees` and the batch has any;
+    within `max_tokens` tokens (if > 0) as a `packed` or padded pass runs them."""
     trees = batch.tree_ids[rows].tolist() if keep_trees and batch.tree_ids is not None else None
-    return micro_batch_bounds(len(rows), size, trees)
+    tokens = None
+    if max_tokens > 0:
+        tokens = row_tokens(batch.input_ids[rows], batch.attention_mask[rows], packed)
+    return micro_batch_bounds(len(rows), size, trees, tokens, max_tokens)
 
 
 def _skipped_rows_mismatch(

@@ -11,7 +11,14 @@ from torch import nn
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.algos.losses import overlong_filter_mask
-from agentic_rl.learner.batch import Episodes, TrainBatch, collate_episodes, unmask_observations
+from agentic_rl.learner.batch import (
+    Episodes,
+    TrainBatch,
+    collate_episodes,
+    micro_batch_bounds,
+    row_tokens,
+    unmask_observations,
+)
 from agentic_rl.learner.update import (
     compute_advantages,
     forward_no_grad,
@@ -39,7 +46,7 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
         types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
-    share = cfg.model.share_prefix
+    share, budget = cfg.model.share_prefix, cfg.optim.micro_batch_tokens
     # The same precision and temperature as the update, so the KL compares like with like.
     precision = cfg.learner.mixed_precision if setup.dp is None else "no"
     temp = sampling_temperature(cfg)
@@ -53,11 +60,18 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
                 dp=setup.dp,
                 share_prefix=share,
                 temperature=temp,
+                max_tokens=budget,
             )
         elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
             with adapter_disabled(setup.policy):
                 batch.ref_logprobs, _ = forward_no_grad(
-                    setup.policy, batch, chunk, micro, share_prefix=share, temperature=temp
+                    setup.policy,
+                    batch,
+                    chunk,
+                    micro,
+                    share_prefix=share,
+                    temperature=temp,
+                    max_tokens=budget,
                 )
         if setup.value_head is not None:
             batch.old_values = old_values(setup, batch, share)
@@ -86,15 +100,17 @@ def old_values(setup: Setup, batch: TrainBatch, share_prefix: bool) -> torch.Ten
     the policy's states for a shared value head, from the critic's own pass for a separate one
     (no policy pass then)."""
     critic, micro = setup.value_head, setup.cfg.optim.micro_batch_size
-    chunk = setup.cfg.model.logprob_chunk_size
+    chunk, budget = setup.cfg.model.logprob_chunk_size, setup.cfg.optim.micro_batch_tokens
     assert critic is not None
     if reads_policy_states(critic):
         share = share_prefix and setup.dp is None
-        _, values = forward_no_grad(setup.policy, batch, chunk, micro, critic, setup.dp, share)
+        _, values = forward_no_grad(
+            setup.policy, batch, chunk, micro, critic, setup.dp, share, max_tokens=budget
+        )
     elif setup.dp is not None:  # each process its share of the rows; all get all
         _, values = setup.dp.forward_no_grad(_critic_pass, critic, batch, chunk, micro, critic)
     else:
-        _, values = _critic_pass(critic, batch, chunk, micro, critic, share_prefix)
+        _, values = _critic_pass(critic, batch, chunk, micro, critic, share_prefix, budget)
     assert values is not None
     return values
 
@@ -107,14 +123,17 @@ def _critic_pass(
     micro: int,
     critic: nn.Module | None,
     share_prefix: bool = False,
+    max_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A separate critic's values in micro-batches, with `forward_no_grad`'s signature and
-    result (no logprobs: zeros), so fsdp's `DataParallel.forward_no_grad` can run it."""
+    """A separate critic's values in micro-batches (at most `micro` rows and, if > 0,
+    `max_tokens` tokens), with `forward_no_grad`'s signature and result (no logprobs: zeros),
+    so fsdp's `DataParallel.forward_no_grad` can run it."""
     assert critic is not None
     values = []
     device = next(critic.parameters()).device  # trainer.device
-    for start in range(0, len(batch), micro):
-        mb = batch.select(slice(start, start + micro)).to(device)
+    tokens = row_tokens(batch.input_ids, batch.attention_mask, share_prefix) if max_tokens else None
+    for start, end in micro_batch_bounds(len(batch), micro, None, tokens, max_tokens):
+        mb = batch.select(slice(start, end)).to(device)
         wanted = mb.loss_mask > 0
         v = critic_values(critic, mb.input_ids, mb.attention_mask, None, wanted, share_prefix)
         values.append(v * mb.loss_mask)

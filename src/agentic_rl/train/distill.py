@@ -90,12 +90,15 @@ def distill_batch(setup: Setup, batch: TrainBatch) -> dict[str, float]:
     chunk, micro = cfg.model.logprob_chunk_size, cfg.optim.micro_batch_size
     share, temp = cfg.model.share_prefix, sampling_temperature(cfg)
     with autocast(cfg.learner.mixed_precision, next(setup.policy.parameters()).device):
+        budget = cfg.optim.micro_batch_tokens
         teacher_lp, _ = forward_no_grad(
-            setup.teacher, batch, chunk, micro, share_prefix=share, temperature=temp
-        )
+            setup.teacher, batch, chunk, micro, share_prefix=share, temperature=temp,
+            max_tokens=budget,
+        )  # fmt: skip
         student_lp, _ = forward_no_grad(
-            setup.policy, batch, chunk, micro, share_prefix=share, temperature=temp
-        )
+            setup.policy, batch, chunk, micro, share_prefix=share, temperature=temp,
+            max_tokens=budget,
+        )  # fmt: skip
     mask = batch.loss_mask
     base = batch.advantages if cfg.distill.task_reward else torch.zeros_like(batch.advantages)
     batch.advantages = reverse_kl_advantages(base, student_lp, teacher_lp, mask, cfg.distill.coef)

@@ -7,6 +7,7 @@ by the framework carry no loss, exactly as in RL.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
 from agentic_rl.errors import UserInputError
-from agentic_rl.learner.batch import collate
+from agentic_rl.learner.batch import RowTokens, collate, micro_batch_bounds
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import autocast, token_logprobs
 from agentic_rl.model.vision import vision_inputs
@@ -55,12 +56,15 @@ def train_sft(
     mixed_precision: str = "no",
     share_prefix: bool = False,
     param_groups: list[dict[str, Any]] | None = None,
+    micro_batch_tokens: int = 0,
 ) -> dict[str, float]:
     """Fine-tune `model` on the agent tokens of `trajectories` with AdamW (constant lr).
 
     Each batch of `batch_size` trajectories is one optimiser step, run as micro-batches of
-    `micro_batch_size` rows (0: the whole batch at once) whose gradients add up to the batch's:
-    each micro-batch's summed token loss is divided by the batch's token count.
+    `micro_batch_size` rows (0: the whole batch at once) and, with `micro_batch_tokens` > 0, of
+    at most that many tokens as the pass runs them (optim.micro_batch_tokens: long prompts
+    stay within memory), whose gradients add up to the batch's: each micro-batch's summed
+    token loss is divided by the batch's token count.
     `mixed_precision="bf16"` runs forward and backward under bfloat16 autocast (float32 weights
     and optimizer state), as the single-process RL update does with learner.mixed_precision.
     `on_step(step, total_steps, loss)` is called after each optimiser step (progress display).
@@ -89,10 +93,11 @@ def train_sft(
             rows = [trajectories[i] for i in order[start : start + batch_size]]
             tokens = max(sum(sum(t.loss_mask) for t in rows), 1)
             micro = micro_batch_size if micro_batch_size > 0 else len(rows)
+            cost = _row_tokens(rows, share_prefix) if micro_batch_tokens > 0 else None
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
-            for first in range(0, len(rows), micro):
-                batch = collate(rows[first : first + micro], pad_token_id).to(device)
+            for first, end in micro_batch_bounds(len(rows), micro, None, cost, micro_batch_tokens):
+                batch = collate(rows[first:end], pad_token_id).to(device)
                 with autocast(mixed_precision, device):
                     logprobs, _, _ = token_logprobs(
                         model,
@@ -114,6 +119,20 @@ def train_sft(
             if on_step is not None:
                 on_step(len(losses), total, losses[-1])
     return {"first_loss": losses[0], "last_loss": losses[-1], "steps": float(len(losses))}
+
+
+def _row_tokens(rows: list[Trajectory], packed: bool) -> RowTokens:
+    """`RowTokens` of trajectories in their order: their lengths and the leading tokens each
+    has in common with the one before it."""
+    shared = [0]
+    for before, row in itertools.pairwise(rows):
+        common = 0
+        for a, b in zip(before.token_ids, row.token_ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        shared.append(common)
+    return RowTokens([len(t.token_ids) for t in rows], shared, packed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +174,7 @@ def warm_start_sft(
         seed=cfg.trainer.seed,
         on_step=on_step,
         micro_batch_size=cfg.optim.micro_batch_size,
+        micro_batch_tokens=cfg.optim.micro_batch_tokens,
         mixed_precision=sft_precision(cfg),
         share_prefix=cfg.model.share_prefix and cfg.learner.strategy == "single",
     )
