@@ -7,7 +7,6 @@ by the framework carry no loss, exactly as in RL.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.schema import Config
 from agentic_rl.errors import UserInputError
-from agentic_rl.learner.batch import RowTokens, collate, micro_batch_bounds
+from agentic_rl.learner.batch import collate, micro_batch_bounds, row_tokens
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.load import autocast, token_logprobs
 from agentic_rl.model.vision import vision_inputs
@@ -93,7 +92,10 @@ def train_sft(
             rows = [trajectories[i] for i in order[start : start + batch_size]]
             tokens = max(sum(sum(t.loss_mask) for t in rows), 1)
             micro = micro_batch_size if micro_batch_size > 0 else len(rows)
-            cost = _row_tokens(rows, share_prefix) if micro_batch_tokens > 0 else None
+            cost = None
+            if micro_batch_tokens > 0:  # the rows' lengths and shared prefixes, as the learner's
+                whole = collate(rows, pad_token_id)
+                cost = row_tokens(whole.input_ids, whole.attention_mask, share_prefix)
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
             for first, end in micro_batch_bounds(len(rows), micro, None, cost, micro_batch_tokens):
@@ -119,20 +121,6 @@ def train_sft(
             if on_step is not None:
                 on_step(len(losses), total, losses[-1])
     return {"first_loss": losses[0], "last_loss": losses[-1], "steps": float(len(losses))}
-
-
-def _row_tokens(rows: list[Trajectory], packed: bool) -> RowTokens:
-    """`RowTokens` of trajectories in their order: their lengths and the leading tokens each
-    has in common with the one before it."""
-    shared = [0]
-    for before, row in itertools.pairwise(rows):
-        common = 0
-        for a, b in zip(before.token_ids, row.token_ids, strict=False):
-            if a != b:
-                break
-            common += 1
-        shared.append(common)
-    return RowTokens([len(t.token_ids) for t in rows], shared, packed)
 
 
 # ---------------------------------------------------------------------------------------------
