@@ -122,7 +122,7 @@ def forward_no_grad(
     chunks = [
         part[start:end]
         for part in role_parts(batch, tree_order(batch, rows) if trees else rows, bool(roles))
-        for start, end in _bounds(batch, part, micro, trees, max_tokens, share_prefix)
+        for start, end in _bounds(batch, part, micro, share_prefix, max_tokens)
     ]
     for rows in chunks:
         mb = batch.select(rows).to(device)
@@ -411,21 +411,16 @@ def micro_batches(
         yield from dp.micro_batches(batch, rows, size)
         return
     for part in role_parts(batch, rows, by_role):
-        for start, end in _bounds(batch, part, size, packed, max_tokens, packed):
+        for start, end in _bounds(batch, part, size, packed, max_tokens):
             yield batch.select(part[start:end]), 1.0
 
 
 def _bounds(
-    batch: TrainBatch,
-    rows: torch.Tensor,
-    size: int,
-    keep_trees: bool,
-    max_tokens: int = 0,
-    packed: bool = False,
+    batch: TrainBatch, rows: torch.Tensor, size: int, packed: bool, max_tokens: int = 0
 ) -> list[tuple[int, int]]:
-    """`micro_batch_bounds` of `rows`: by their trees when `keep_trees` and the batch has any;
-    within `max_tokens` tokens (if > 0) as a `packed` or padded pass runs them."""
-    trees = batch.tree_ids[rows].tolist() if keep_trees and batch.tree_ids is not None else None
+    """`micro_batch_bounds` of `rows`: by their trees when `packed` (prefix sharing) and the
+    batch has any; within `max_tokens` tokens (if > 0) as a packed or padded pass runs them."""
+    trees = batch.tree_ids[rows].tolist() if packed and batch.tree_ids is not None else None
     tokens = None
     if max_tokens > 0:
         tokens = row_tokens(batch.input_ids[rows], batch.attention_mask[rows], packed)
