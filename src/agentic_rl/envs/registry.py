@@ -89,7 +89,8 @@ from agentic_rl.envs.vision.scenes import (
 from agentic_rl.envs.vision.visual_tools import VisualToolsEnv, make_visual_tool_tasks
 from agentic_rl.envs.worlds.household import HouseholdEnv, make_household_tasks
 from agentic_rl.envs.worlds.household_knowledge import HouseholdKnowledgeEnv
-from agentic_rl.envs.worlds.webshop import WebShopEnv, make_webshop_tasks
+from agentic_rl.envs.worlds.webshop import WebShopEnv
+from agentic_rl.envs.worlds.webshop_catalogue import make_webshop_tasks
 from agentic_rl.types import Task
 
 ENTRY_POINT_GROUP = "agentic_rl.envs"

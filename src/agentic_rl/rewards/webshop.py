@@ -18,7 +18,7 @@ with the chosen options Y_opt at price y_price scores
   if the goal has none); r_type = 1, except 0.5 when neither the query, nor >= 2 category
   levels, nor title_score > 0.2 match; 0.1 when title_score < 0.1; 0 when title_score = 0.
   WebShop takes the nouns from spaCy part-of-speech tags; the generated catalogue
-  (envs/worlds/webshop.py) stores each product's type nouns, and the official data's reader
+  (envs/worlds/webshop_catalogue.py) stores each product's type nouns, and the official data's reader
   (envs/benchmarks/webshop.py) tags titles, which this uses instead.
 
 Success is R = 1. `token_set_ratio` is fuzzywuzzy's, on difflib (its pure-Python backend).

@@ -7,9 +7,8 @@ import pytest
 
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.registry import ENVS, TASKS
-from agentic_rl.envs.worlds.webshop import (
-    BUY,
-    WebShopEnv,
+from agentic_rl.envs.worlds.webshop import BUY, WebShopEnv
+from agentic_rl.envs.worlds.webshop_catalogue import (
     expert_query,
     make_catalogue,
     make_webshop_tasks,

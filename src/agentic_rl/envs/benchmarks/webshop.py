@@ -56,7 +56,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.envs.worlds.webshop import Catalogue, WebShopEnv, expert_query, option_value
+from agentic_rl.envs.worlds.webshop import WebShopEnv, option_value
+from agentic_rl.envs.worlds.webshop_catalogue import Catalogue, expert_query
 from agentic_rl.errors import UserInputError
 from agentic_rl.retrieval.bm25 import BM25Index
 from agentic_rl.types import Action, StepResult, Task
