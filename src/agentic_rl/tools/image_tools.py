@@ -12,6 +12,9 @@ the env that owns the images applies them (envs/vision/visual_tools.py) and show
   chart and readable in a zoomed crop: that is why the tool exists.
 - `draw_box(image, box)` / `draw_line(image, axis, at)`: a copy with a red rectangle / a red
   horizontal (y = at) or vertical (x = at) line across the image.
+- `split_image_name(argument, count)`: which image a call works on. A call reads img_1 (the
+  question's picture) unless its argument starts with an earlier image's name, as OpenThinkImg's
+  tools take any image shown so far: `<zoom>img_2: 0,0,160,160</zoom>` zooms into a zoom.
 - `OcrEngine`: text lines and their boxes. It wraps RapidOCR (`rapidocr-onnxruntime`, PP-OCRv4
   detection + recognition as ONNX models shipped inside the wheel: offline, CPU). easyocr with
   the registry's offline English weights was the first choice, but it imports torchvision,
@@ -59,6 +62,20 @@ def parse_box(text: str, width: int, height: int) -> Box:
             f"{width}x{height} image (x0 < x1, y0 < y1)"
         )
     return x0, y0, x1, y1
+
+
+def split_image_name(text: str, count: int) -> tuple[int, str]:
+    """`"img_2: 10,20,90,100"` -> (1, "10,20,90,100"): the index of the image a tool call names
+    among the `count` images shown so far, and the rest of its argument; (0, text), img_1, when
+    the argument names none. OpenThinkImg's tools take any earlier image (a zoom of a zoom, OCR
+    on a drawn copy); naming an image that does not exist is a ToolError (shown to the agent)."""
+    match = re.match(r"\s*img_(\d+)\s*[:,]?\s*", text, re.IGNORECASE)
+    if not match:
+        return 0, text
+    number = int(match.group(1))
+    if not 1 <= number <= count:
+        raise ToolError(f"img_{number} does not exist: the images so far are img_1 to img_{count}")
+    return number - 1, text[match.end() :]
 
 
 def parse_line(text: str, width: int, height: int) -> tuple[str, int]:
@@ -194,26 +211,34 @@ def _schema(argument: str, description: str) -> dict[str, Any]:
 
 class ZoomTool(_EnvAppliedTool):
     name = "zoom"
-    description = "Zoom into the box x0,y0,x1,y1 (pixels of img_1); shows it enlarged."
-    parameters = _schema("box", "x0,y0,x1,y1 in pixels of the original image")
+    description = "Zoom into the box x0,y0,x1,y1 (pixels); shows it enlarged."
+    parameters = _schema(
+        "box", "x0,y0,x1,y1 in pixels of img_1 (or img_K: first, for an earlier image)"
+    )
 
 
 class OcrTool(_EnvAppliedTool):
     name = "ocr"
-    description = "Read the text in the box x0,y0,x1,y1 of img_1 (or 'all')."
-    parameters = _schema("box", "x0,y0,x1,y1 in pixels of the original image, or all")
+    description = "Read the text in the box x0,y0,x1,y1 (or 'all')."
+    parameters = _schema(
+        "box", "x0,y0,x1,y1 in pixels of img_1 (or img_K: first, for an earlier image), or all"
+    )
 
 
 class DrawBoxTool(_EnvAppliedTool):
     name = "draw_box"
-    description = "Draw a red box x0,y0,x1,y1 on img_1; shows the new image."
-    parameters = _schema("box", "x0,y0,x1,y1 in pixels of the original image")
+    description = "Draw a red box x0,y0,x1,y1; shows the new image."
+    parameters = _schema(
+        "box", "x0,y0,x1,y1 in pixels of img_1 (or img_K: first, for an earlier image)"
+    )
 
 
 class DrawLineTool(_EnvAppliedTool):
     name = "draw_line"
-    description = "Draw a red line y=N (horizontal) or x=N (vertical) across img_1."
-    parameters = _schema("line", "y=N or x=N in pixels of the original image")
+    description = "Draw a red line y=N (horizontal) or x=N (vertical) across the image."
+    parameters = _schema(
+        "line", "y=N or x=N in pixels of img_1 (or img_K: first, for an earlier image)"
+    )
 
 
 TOOLS: dict[str, type[_EnvAppliedTool]] = {

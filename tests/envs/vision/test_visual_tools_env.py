@@ -16,7 +16,14 @@ from agentic_rl.envs.vision.visual_tools import (
 from agentic_rl.formats.chat import TagFormat
 from agentic_rl.model.images import load_image
 from agentic_rl.tools.base import ToolError
-from agentic_rl.tools.image_tools import RED, parse_box, parse_line, zoom
+from agentic_rl.tools.image_tools import (
+    RED,
+    draw_line,
+    parse_box,
+    parse_line,
+    split_image_name,
+    zoom,
+)
 from agentic_rl.types import Action
 
 
@@ -85,6 +92,34 @@ def test_draw_box_and_line_show_red_marks_on_a_new_image(env):
     assert lined.observation.content == "img_3: img_1 with a line at y=200"
     image = load_image(lined.observation.images[0])
     assert all(image.getpixel((x, 200)) == RED for x in range(0, SIDE, 37))
+
+
+def test_a_tool_reads_the_earlier_image_its_argument_names(env):
+    task = make_visual_tool_tasks("train", 1, kinds=["value"])[0]
+    env.reset(task, 0)
+    env.step(tool("zoom", "0,0,160,160"))
+    second = load_image(env.images[1])
+    inner = env.step(tool("zoom", "img_2: 80,80,240,240"))  # a zoom into the zoom
+    assert inner.observation.content == "img_3: zoom of img_2 at 80,80,240,240"
+    assert load_image(env.images[2]).tobytes() == zoom(second, (80, 80, 240, 240), SIDE).tobytes()
+    lined = env.step(tool("draw_line", "IMG_2, y=10"))
+    assert lined.observation.content == "img_4: img_2 with a line at y=10"
+    assert load_image(env.images[3]).tobytes() == draw_line(second, "y", 10).tobytes()
+    env.reset(task, 0)  # a new episode: only img_1 exists again
+    missing = env.step(tool("zoom", "img_2: 0,0,100,100"))
+    assert missing.info == {"tool_call": 1, "tool_error": 1}
+    assert "img_2 does not exist" in missing.observation.content and len(env.images) == 1
+    assert "img_2: x0,y0,x1,y1" in env.system_prompt()
+
+
+def test_image_names_are_split_from_the_argument():
+    assert split_image_name("img_2: 10,20,90,100", 3) == (1, "10,20,90,100")
+    assert split_image_name(" IMG_3, y=5", 3) == (2, "y=5")
+    assert split_image_name("img_1 all", 1) == (0, "all")
+    assert split_image_name("10,20,90,100", 1) == (0, "10,20,90,100")  # img_1 by default
+    for name in ("img_0: 1,2,3,4", "img_4: 1,2,3,4"):
+        with pytest.raises(ToolError, match="does not exist"):
+            split_image_name(name, 3)
 
 
 def test_bad_calls_are_observations_and_the_tool_budget_holds(env):

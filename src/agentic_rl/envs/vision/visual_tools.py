@@ -17,8 +17,10 @@ rounds, new images numbered img_2, img_3, ...; reward = answer accuracy. Here:
 - Tools (tools/image_tools.py), in the tag format: `<zoom>x0,y0,x1,y1</zoom>` (img_1's region
   upscaled to 320 px: a new image observation), `<ocr>x0,y0,x1,y1</ocr>` or `<ocr>all</ocr>`
   (text lines with their boxes, RapidOCR), `<draw_box>x0,y0,x1,y1</draw_box>` and
-  `<draw_line>y=N</draw_line>` (img_1 with a red box / line: a new image observation). Every
-  tool reads img_1 (OpenThinkImg's tools may take any earlier image). At most
+  `<draw_line>y=N</draw_line>` (a copy with a red box / line: a new image observation). A tool
+  reads img_1 unless its argument names an earlier image first, as OpenThinkImg's tools take
+  any image shown so far (`<zoom>img_2: 0,0,160,160</zoom>`: a zoom into a zoom; OCR boxes are
+  then in img_2's pixels; an image that does not exist is a failed call). At most
   `max_tool_calls` calls (3, as the paper's rounds); further calls are refused with an error.
 - Reward 1 for the exact answer (case and spaces ignored), 0 for a wrong one, -format_penalty
   for a malformed turn (an error observation) or stopping without an answer.
@@ -57,6 +59,7 @@ from agentic_rl.tools.image_tools import (
     ocr_text,
     parse_box,
     parse_line,
+    split_image_name,
     zoom,
 )
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
@@ -268,7 +271,8 @@ class VisualToolsEnv:
             return f"{head} Write <answer>answer</answer>."
         return (
             f"{head} Tools, one per turn, at most {self.max_tool_calls}:\n"
-            f"{inline_tool_instructions(self.tools)}\nThen write <answer>answer</answer>."
+            f"{inline_tool_instructions(self.tools)}\nA tool reads img_1; for a later image, name"
+            f" it first: <zoom>img_2: x0,y0,x1,y1</zoom>. Then write <answer>answer</answer>."
         )
 
     # -- the protocol -------------------------------------------------------------------------
@@ -315,9 +319,10 @@ class VisualToolsEnv:
             )
         self.tool_calls += 1
         argument = str(next(iter(action.arguments.values()), ""))
-        original = load_image(self.images[0])
         try:
-            content, image = self._apply(action.name, argument, original)
+            index, argument = split_image_name(argument, len(self.images))
+            source = load_image(self.images[index])
+            content, image = self._apply(action.name, argument, source, f"img_{index + 1}")
         except ToolError as err:
             return StepResult(
                 Observation(content=f"{action.name} failed: {err}", name=action.name),
@@ -336,21 +341,22 @@ class VisualToolsEnv:
             info={"tool_call": 1, f"tool_{action.name}": 1},
         )
 
-    def _apply(self, name: str, argument: str, image: Any) -> tuple[str, Any]:
-        """(text, new image or None) of one tool call on img_1."""
+    def _apply(self, name: str, argument: str, image: Any, label: str) -> tuple[str, Any]:
+        """(text, new image or None) of one tool call on `image`, the image named `label`."""
         width, height = image.size
         if name == "draw_line":
             axis, at = parse_line(argument, width, height)
-            return f"img_1 with a line at {axis}={at}", draw_line(image, axis, at)
+            return f"{label} with a line at {axis}={at}", draw_line(image, axis, at)
         if name == "ocr" and argument.strip().lower() == "all":
             self.ocr_seen = ocr_text(OcrEngine.read(image))
             return self.ocr_seen, None
         box = parse_box(argument, width, height)
         where = ",".join(str(v) for v in box)
         if name == "zoom":
-            return f"zoom of {where}", zoom(image, box, SIDE)
+            region = where if label == "img_1" else f"{label} at {where}"
+            return f"zoom of {region}", zoom(image, box, SIDE)
         if name == "draw_box":
-            return f"img_1 with a box at {where}", draw_box(image, box)
+            return f"{label} with a box at {where}", draw_box(image, box)
         self.ocr_seen = ocr_text(OcrEngine.read(image.crop(box), upscale=3), box[:2])
         return self.ocr_seen, None
 
