@@ -61,12 +61,16 @@ def test_a_family_calibration_is_a_valid_override_of_its_recipe(key: str) -> Non
 
     family = FAMILIES[key]
     cfg = load_config(family.recipe, list(family.overrides))
+    stages = {stage["trainer"]["run_name"].rsplit("/", 1)[-1]: stage for stage in cfg.stages}
     for text in family.overrides:  # each override took effect (a typo'd key would be refused)
-        dotted, value = text.split("=", 1)
-        node: object = cfg
-        for part in dotted.split("."):
-            node = getattr(node, part)
-        assert str(node) == value, text
+        scope, _, setting = text.partition(":") if ":" in text.split("=", 1)[0] else ("", "", text)
+        dotted, value = setting.split("=", 1)
+        # an unscoped override acts on the recipe and every stage; STAGE:key on that stage only
+        targets = [stages[scope]] if scope else [cfg, *stages.values()]
+        for node in targets:
+            for part in dotted.split("."):
+                node = node[part] if isinstance(node, dict) else getattr(node, part)
+            assert str(node) == value, (text, scope)
 
 
 def test_a_multi_stage_run_reads_as_its_rl_stage() -> None:
