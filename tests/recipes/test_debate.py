@@ -70,3 +70,16 @@ def test_each_debater_is_credited_by_its_own_answers_and_only_its_adapter_moves(
     setup = build(load_config("debate", [*SMOKE, "algo.role_groups=false"]))
     kept, _, _ = collect(setup, 1)
     assert torch.all(prepare_batch(setup, kept).advantages == 0)
+
+
+def test_three_debaters_get_an_adapter_each_and_each_plays_its_own_turns(scripted):
+    overrides = [*SMOKE, "env.options.debaters=3", "rollout.max_turns=12"]
+    setup = build(load_config("debate", overrides))
+    assert role_adapters(setup.policy) == ("first", "second", "third")
+    scripted(lambda ep, index, turn: ep.env.expert_turn())
+    kept, _, _ = collect(setup, 1)
+    episode = kept.samples[0]
+    assert [s.role for s in episode] == ["first", "first", "second", "second", "third", "third"] * 2
+    for ep in kept.samples:  # the scripted debaters are right: the team wins, each is paid
+        assert ep[-1].metrics["success"] == 1.0
+        assert all(ep[-1].metrics[f"env/{r}_reward"] > 0 for r in ("first", "second", "third"))

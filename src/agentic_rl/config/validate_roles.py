@@ -9,7 +9,7 @@ compute a role's tokens without its policy is refused here. Called by `validate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.config.checks import _check_choice, _unused
@@ -20,11 +20,17 @@ if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
 
-def env_roles(env_name: str) -> tuple[str, ...]:
-    """The roles env class `env_name` declares (`roles`); () for an env with one agent."""
+def env_roles(env_name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The roles of env `env_name` with `options` (env.options): its class's `roles_for(options)`
+    where the options choose them (the debate's number of debaters), else its class's `roles`;
+    () for an env with one agent."""
     from agentic_rl.envs.registry import env_class
 
-    return tuple(getattr(env_class(env_name), "roles", ()))
+    cls = env_class(env_name)
+    roles_for = getattr(cls, "roles_for", None)
+    if roles_for is not None:
+        return tuple(roles_for(options or {}))
+    return tuple(getattr(cls, "roles", ()))
 
 
 def validate_memory_mode(cfg: Config) -> None:
@@ -65,7 +71,7 @@ def validate_roles(cfg: Config) -> None:
     ]
     if not wanted:
         return
-    if cfg.rollout.mode != "memory" or not env_roles(cfg.env.name):
+    if cfg.rollout.mode != "memory" or not env_roles(cfg.env.name, cfg.env.options):
         raise ConfigError(
             f"{' and '.join(wanted)} act on a multi-agent env (one with roles, e.g. "
             f"env.name=planner_executor or solver_verifier) played with rollout.mode=memory; "
@@ -89,7 +95,7 @@ def _validate_train_roles(cfg: Config) -> None:
     roles = cfg.rollout.train_roles
     if not roles:
         return
-    known = env_roles(cfg.env.name)
+    known = env_roles(cfg.env.name, cfg.env.options)
     if cfg.rollout.mode != "memory" or not known:
         raise ConfigError(
             f"rollout.train_roles={roles} picks agents of a multi-agent env played with "

@@ -47,7 +47,9 @@ class Env(Protocol):
 
     Several agents (rollout.mode=memory, docs/guides/multi-agent.md): a conversation env
     (`conversations = True`) may declare `roles = ("planner", "executor")` and name the role
-    that acts next in every `Observation.role`; an env whose answer another role reviews
+    that acts next in every `Observation.role` (where its options choose the roles, e.g. the
+    number of debaters, the class also defines `roles_for(options)`, which config validation
+    reads); an env whose answer another role reviews
     before the episode ends declares `answer_ends_episode = False` (`check_env` then does not
     expect the first answer to end it).
     """

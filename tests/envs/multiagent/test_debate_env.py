@@ -130,3 +130,49 @@ def test_scripted_debaters_answer_and_sometimes_correct_themselves():
         corrected += int(last.info["corrections"])
         assert [role for role, _, _ in played][:2] == ["first", "first"]  # calc, then answer
     assert 0 < corrected < 16  # the warm start shows corrections, and plain agreement
+
+
+def test_three_debaters_see_every_other_answer_and_persuasion_is_shared():
+    env = DebateEnv(rounds=2, debaters=3, answer_reward=0.5, alpha=0.5, persuasion_reward=0.3)
+    assert env.roles == ("first", "second", "third") and env.expert_turn_limit == 12
+    assert "one of three debaters" in env.reset(task(), seed=0).messages[0]["content"]
+    fmt = TagFormat(env.tools)
+    t = task()
+    gold, wrong = t.answers[0], str(int(float(t.answers[0])) + 3)
+    env.reset(t, seed=0)
+    say(env, fmt, f"<answer>{gold}</answer>")
+    third = say(env, fmt, f"<answer>{wrong}</answer>").observation
+    assert third.role == "third" and wrong not in third.messages[-1]["content"]
+    round_1 = say(env, fmt, f"<answer>{wrong}</answer>")
+    assert [round_1.info[role_reward_key(r)] for r in env.roles] == [0.5, 0.0, 0.0]
+    shown = round_1.observation.messages[-1]["content"]
+    assert (
+        f"Your answer last round: {gold}. The other debaters' answers: second {wrong}, "
+        f"third {wrong}." in shown
+    )
+    for answer in (gold, gold, wrong):  # second corrects itself, third stays wrong
+        end = say(env, fmt, f"<answer>{answer}</answer>")
+    # first: 0.5 x 1 + 0.5 x (1 - 1) + 0.3 x (1 of its 2 others won) = 0.65; second: 0.5 + 0.5
+    # x (1 - 0) = 1.0 (it was wrong: no persuasion); third: 0 + 0.5 x (0 - 0) = 0
+    rewards = [end.info[role_reward_key(r)] for r in env.roles]
+    assert rewards == pytest.approx([0.65, 1.0, 0.0])
+    assert end.terminated and end.reward == 0.0 and end.info["final_agreement"] == 0.0
+    assert end.info["corrections"] == 1.0 and end.info["changed_answers"] == 1.0
+    played = play_expert(env, t)
+    assert played[-1][2].info["success"] == 1.0 and len(played) == 12
+    skipped = check_env(DebateEnv(debaters=3), make_calculator_tasks("eval", 4, seed=0))
+    assert len(skipped) == 1  # only the gold-answer check, as with two debaters
+    for bad in (1, 7):
+        with pytest.raises(ValueError, match="debaters must be 2 to 6"):
+            DebateEnv(debaters=bad)
+
+
+def test_the_roles_config_validation_reads_follow_the_number_of_debaters():
+    from agentic_rl.config.load import load_config
+    from agentic_rl.config.parse import ConfigError
+
+    assert DebateEnv.roles_for({"debaters": 3}) == ("first", "second", "third")
+    cfg = load_config("debate", ["env.options.debaters=3", "rollout.train_roles=[third]"])
+    assert cfg.rollout.train_roles == ["third"]
+    with pytest.raises(ConfigError, match="third"):  # two debaters have no third
+        load_config("debate", ["rollout.train_roles=[third]"])
