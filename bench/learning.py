@@ -24,11 +24,13 @@ first stage's untrained evaluation and "warm_start" the previous stage's final o
     .venv/bin/python bench/learning.py search             # the family's recipe and budget below
     .venv/bin/python bench/learning.py search --recipe search_qa_grpo --steps 60 --eval-every 20
     .venv/bin/python bench/learning.py search --plot      # redraw KEY.png from KEY.json
+    .venv/bin/python bench/learning.py gui --keep-runs runs/learning-gui   # keep checkpoints
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import statistics
@@ -255,10 +257,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the run")
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides")
     parser.add_argument("--force", action="store_true", help="rerun seeds already in the file")
+    parser.add_argument("--results", default=str(RESULTS), help="where KEY.json is written")
+    parser.add_argument(
+        "--keep-runs",
+        metavar="DIR",
+        help="keep each seed's run (checkpoints, metrics) in DIR/seed-S, e.g. to evaluate the"
+        " trained policy elsewhere (bench/miniwob_suite.py --checkpoint); default: a temporary"
+        " directory, removed",
+    )
     parser.add_argument("--plot", action="store_true", help="only redraw KEY.png")
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.key}.json"
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{args.key}.json"
     previous = json.loads(path.read_text()) if path.exists() else None
     if args.plot:
         if previous is None:
@@ -302,9 +313,16 @@ def main() -> None:
             print(f"[{args.key}] seed {seed} is in {path.name}: kept (--force reruns)")
             continue
         commit = code_commit()  # before the run: the code it starts with
-        with tempfile.TemporaryDirectory(prefix=f"learning-{args.key}-") as tmp:
-            run = run_one(run_args, args.recipe, seed, Path(tmp))
-            run_dir = Path(tmp) / args.recipe
+        with contextlib.ExitStack() as stack:
+            if args.keep_runs:  # the run's checkpoints, metrics and summary stay for later use
+                out = Path(args.keep_runs) / f"seed-{seed}"
+                if out.exists() and any(out.iterdir()):  # a run there would resume, not start
+                    raise SystemExit(f"{out} is not empty: remove it or keep runs elsewhere")
+                out.mkdir(parents=True, exist_ok=True)
+            else:
+                out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="learning-")))
+            run = run_one(run_args, args.recipe, seed, out)
+            run_dir = out / args.recipe
             curve = eval_curve(run_dir / stages[-1] if stages else run_dir, args.metric)
         summary = flat_summary(run["summary"])
         row = seed_row(run, summary, curve, args.metric, command, commit)

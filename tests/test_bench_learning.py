@@ -115,3 +115,30 @@ def test_a_seed_row_keeps_the_runs_step_metrics_for_diagnosis() -> None:
     row = seed_row(run, summary, [[0, 0.5], [4, 0.6]], "success", "cmd", "abc")
     assert row["step_metrics"] == {"nonzero_adv_fraction": {"first": 0.25, "last": 0.5}}
     assert (row["before"], row["warm_start"], row["after_rl"]) == (0.0, 0.5, 0.6)
+
+
+@pytest.mark.slow
+def test_a_tiny_run_writes_its_seed_row_and_keeps_its_run_where_asked(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "learning.py"),
+        "search",
+        *("--model", "tiny", "--steps", "1", "--eval-every", "1", "--seeds", "0"),
+        *("--eval-tasks", "2", "--results", str(results), "--keep-runs", str(runs), "--set"),
+        *("warm_start.num_tasks=2", "rollout.tasks_per_step=1", "rollout.group_size=2"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((results / "search.json").read_text())
+    (row,) = written["seeds"]
+    assert row["seed"] == 0 and row["rl_steps"] == 1 and written["held_out_tasks"] == 2
+    assert [step for step, _ in row["curve"]] == [0, 1]
+    kept = runs / "seed-0" / "search_qa_grpo"
+    assert (kept / "summary.json").is_file() and any((kept / "checkpoints").iterdir())
+    again = subprocess.run([*argv, "--force"], capture_output=True, text=True, env=env)
+    assert again.returncode != 0 and "is not empty" in again.stderr  # it would resume, not rerun
