@@ -66,7 +66,7 @@ NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 
 
 class DebateEnv:
-    """Two debaters, `rounds` rounds on calculator word problems (module docstring)."""
+    """2 to 6 debaters, `rounds` rounds on calculator word problems (module docstring)."""
 
     conversations = True  # rollout.mode=memory: every step opens a fresh conversation
     roles: tuple[str, ...] = DEBATERS[:2]  # an instance's: the first `debaters`
