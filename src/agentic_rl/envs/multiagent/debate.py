@@ -62,6 +62,7 @@ PROMPT = (
     "only the number. After each round you see {others}: keep your answer "
     "if you are right, change it if you are wrong."
 )
+DEFAULT_DEBATERS = 2
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 
 
@@ -69,7 +70,7 @@ class DebateEnv:
     """2 to 6 debaters, `rounds` rounds on calculator word problems (module docstring)."""
 
     conversations = True  # rollout.mode=memory: every step opens a fresh conversation
-    roles: tuple[str, ...] = DEBATERS[:2]  # an instance's: the first `debaters`
+    roles: tuple[str, ...] = DEBATERS[:DEFAULT_DEBATERS]  # an instance's: the first `debaters`
     answer_ends_episode = False  # one debater's answer does not end the debate (check_env)
 
     def __init__(
@@ -80,7 +81,7 @@ class DebateEnv:
         persuasion_reward: float = 0.25,
         format_penalty: float = 0.1,
         expert_mistakes: float = 0.25,
-        debaters: int = 2,
+        debaters: int = DEFAULT_DEBATERS,
     ) -> None:
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -109,7 +110,7 @@ class DebateEnv:
     @staticmethod
     def roles_for(options: Mapping[str, Any]) -> tuple[str, ...]:
         """The roles a debate with env.options `options` has (config validation reads them)."""
-        return DEBATERS[: int(options.get("debaters", 2))]
+        return DEBATERS[: int(options.get("debaters", DEFAULT_DEBATERS))]
 
     def role(self) -> str:
         """The debater whose conversation is open."""
