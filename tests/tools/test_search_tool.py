@@ -1,5 +1,6 @@
 """BM25 search tool: Search-R1 output format, retrieval results, errors, lazy import."""
 
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,40 @@ def test_importing_tools_does_not_import_bm25s():
     code = "import sys, agentic_rl.tools, agentic_rl.envs; print('bm25s' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def _env_after_import(env: dict[str, str]) -> str:
+    """XLA_PYTHON_CLIENT_PREALLOCATE as a fresh process sees it after `import_bm25s()`."""
+    code = (
+        "import os; from agentic_rl.tools.search import import_bm25s; import_bm25s(); "
+        "print(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE'))"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_importing_bm25s_keeps_jax_from_preallocating_the_gpu_unless_the_user_chose():
+    # bm25s runs a JAX top-k at import where JAX is installed; JAX's default preallocation
+    # would take 75% of the GPU from the trainer in the same process (seen on an H200).
+    assert _env_after_import({}) == "false"
+    assert _env_after_import({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}) == "true"
+
+
+def test_the_index_and_the_tool_tokenise_alike():
+    from agentic_rl.retrieval.bm25 import BM25Index
+
+    corpus = [
+        {"id": "0", "contents": '"Paris"\nThe capital of France.'},
+        {"id": "1", "contents": '"Rome"\nThe capital of Italy, on the Tiber.'},
+    ]
+    tool = BM25Search(corpus=corpus, topk=2)
+    index = BM25Index.build([doc["contents"] for doc in corpus])
+    for query in ("capital of Italy", "the Tiber", "France"):
+        by_tool = [(int(r["document"]["id"]), r["score"]) for r in tool.retrieve([query])[0]]
+        by_index = index.search([query], topk=2)[0]
+        assert [row for row, _ in by_tool] == [row for row, _ in by_index]
+        assert [s for _, s in by_tool] == pytest.approx([s for _, s in by_index])

@@ -1,7 +1,7 @@
 """BM25 index over a corpus with bm25s: build, save, memory-mapped load, batched search.
 
-Tokenisation matches `tools/search.py` (lower-case, English stopwords, plain token strings), so
-an index built here ranks documents exactly as the in-process `BM25Search` tool does.
+Tokenisation is `tools/search.py`'s `bm25_tokenize` (lower-case, English stopwords, plain token
+strings), so an index built here ranks documents exactly as the in-process `BM25Search` tool does.
 """
 
 from __future__ import annotations
@@ -12,15 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from agentic_rl.tools.search import bm25_tokenize, import_bm25s
+
 Hits = list[list[tuple[int, float]]]
 """Per query, `(document row, score)` pairs, best first."""
-
-
-def tokenize(texts: list[str]) -> list[list[str]]:
-    """Token strings for bm25s (not ids: query ids would index the query's own vocabulary)."""
-    import bm25s  # lazy: keeps `import agentic_rl.retrieval` light
-
-    return bm25s.tokenize(texts, lower=True, stopwords="en", return_ids=False, show_progress=False)
 
 
 @dataclass
@@ -36,12 +31,10 @@ class BM25Index:
     @classmethod
     def build(cls, contents: list[str]) -> BM25Index:
         """Index the given document texts (row i = contents[i])."""
-        import bm25s
-
         if not contents:
             raise ValueError("cannot build a BM25 index over an empty corpus")
-        model = bm25s.BM25()
-        model.index(tokenize(contents), show_progress=False)
+        model = import_bm25s().BM25()
+        model.index(bm25_tokenize(contents), show_progress=False)
         return cls(model=model, num_docs=len(contents))
 
     def save(self, directory: str | Path) -> None:
@@ -57,12 +50,10 @@ class BM25Index:
         With `mmap=True` the score matrix stays on disk and pages in on demand, so a large index
         opens instantly and several server processes share one copy in the page cache.
         """
-        import bm25s
-
         directory = Path(directory)
         if not (directory / "params.index.json").is_file():
             raise FileNotFoundError(f"no bm25s index in {directory} (params.index.json missing)")
-        model = bm25s.BM25.load(str(directory), mmap=mmap, show_progress=False)
+        model = import_bm25s().BM25.load(str(directory), mmap=mmap, show_progress=False)
         return cls(model=model, num_docs=num_docs)
 
     def search(self, queries: list[str], topk: int) -> Hits:
@@ -71,7 +62,7 @@ class BM25Index:
         if not queries:
             return []
         k = max(1, min(topk, self.num_docs))
-        rows, scores = self.model.retrieve(tokenize(list(queries)), k=k, show_progress=False)
+        rows, scores = self.model.retrieve(bm25_tokenize(list(queries)), k=k, show_progress=False)
         return [
             [(int(row), float(score)) for row, score in zip(r, s, strict=True) if score > 0]
             for r, s in zip(np.asarray(rows), np.asarray(scores), strict=True)

@@ -7,8 +7,10 @@ included), so prompts and checkpoints move between this project and Search-R1 se
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from agentic_rl.tools.base import ToolError
@@ -63,11 +65,28 @@ def answer_search(retrieve: Callable[[list[str]], list[list[dict[str, Any]]]], q
     return format_results(results)
 
 
-def _tokenize(texts: list[str]) -> list[list[str]]:
-    import bm25s  # lazy: keeps `import agentic_rl.tools` fast
+def import_bm25s() -> ModuleType:
+    """bm25s, imported lazily (keeps `import agentic_rl.tools` fast) and without letting JAX
+    take the GPU.
 
-    # Plain token strings (not ids): query ids would index the query's own vocabulary.
-    return bm25s.tokenize(texts, lower=True, stopwords="en", return_ids=False, show_progress=False)
+    Where JAX is installed, importing bm25s runs a JAX top-k at once, and JAX's default is to
+    preallocate 75% of each GPU's memory in every process: a trainer on the same GPU then runs
+    out of memory at its first allocation. Unless the user set it, XLA_PYTHON_CLIENT_PREALLOCATE
+    is turned off first, so JAX allocates only what bm25s uses.
+    """
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import bm25s
+
+    return bm25s
+
+
+def bm25_tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-case, English stopwords, plain token strings (not ids: query ids would index the
+    query's own vocabulary). The one tokenisation of every BM25 index here, so an index built
+    by `retrieval` ranks as this tool does."""
+    return import_bm25s().tokenize(
+        texts, lower=True, stopwords="en", return_ids=False, show_progress=False
+    )
 
 
 @dataclass
@@ -87,15 +106,14 @@ class BM25Search:
     _retriever: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        import bm25s
-
+        bm25s = import_bm25s()
         if not self.corpus:
             raise ValueError("BM25Search needs a non-empty corpus")
         if self.topk < 1:
             raise ValueError(f"topk must be >= 1, got {self.topk}")
         self._retriever = bm25s.BM25()
         self._retriever.index(
-            _tokenize([doc["contents"] for doc in self.corpus]), show_progress=False
+            bm25_tokenize([doc["contents"] for doc in self.corpus]), show_progress=False
         )
 
     def retrieve(self, queries: list[str], topk: int | None = None) -> list[list[dict[str, Any]]]:
@@ -107,7 +125,9 @@ class BM25Search:
         k = min(topk or self.topk, len(self.corpus))
         if not queries:
             return []
-        ids, scores = self._retriever.retrieve(_tokenize(list(queries)), k=k, show_progress=False)
+        ids, scores = self._retriever.retrieve(
+            bm25_tokenize(list(queries)), k=k, show_progress=False
+        )
         results = []
         for row_ids, row_scores in zip(ids, scores, strict=True):
             row = []
