@@ -65,7 +65,13 @@ def make_generator(cfg: Config, policy: nn.Module, tokenizer: Any) -> Generator:
 def _hf_generator(cfg: Config, model: nn.Module, tokenizer: Any) -> HFGenerator:
     """An HF generator on `model`. A tree rollout's rounds play fewer rows than its B x G
     episodes: its KV store keeps room for all of them (`kv_rows`), so a later round's branches
-    reuse their parents' KV, cut to the branch point (`cut_prefixes`; backends/kv_store.py)."""
+    reuse their parents' KV, cut to the branch point (`cut_prefixes`; backends/kv_store.py).
+
+    Step and memory modes cut prefixes too: their contexts re-send the prompt without (all of)
+    the episode's earlier turns, so a turn's context continues no stored entry whole, but it
+    starts with the prompt an earlier turn's entry starts with, whose KV is reused instead of
+    prefilled again (tests/rollout/test_step_prefix_reuse.py). In episode mode a context only
+    grows, the whole-entry reuse covers it, and cuts stay off (KVStore.cut_prefixes)."""
     trees = cfg.rollout.tree.roots > 0
     return HFGenerator(
         model,
@@ -74,7 +80,7 @@ def _hf_generator(cfg: Config, model: nn.Module, tokenizer: Any) -> HFGenerator:
         mixed_precision=cfg.rollout.mixed_precision,
         compiled_decode=cfg.rollout.compiled_decode,
         kv_rows=cfg.rollout.tasks_per_step * cfg.rollout.group_size if trees else 0,
-        cut_prefixes=trees,
+        cut_prefixes=trees or cfg.rollout.mode in ("step", "memory"),
     )
 
 

@@ -5,9 +5,10 @@ for it, and the observation after them. And a branch of a tree rollout (rollout/
 from its parent's tokens up to a turn boundary. So when a row of a call finishes, the KV of the
 tokens it fed through the model is kept here, keyed by those tokens; a later prompt, in
 whatever call, reuses the KV of an entry it continues whole (its episode's earlier turn) or,
-in a tree rollout (`cut_prefixes`), of the longest prefix it shares with a stored entry (the KV of a
-position depends on the tokens up to it only, so the first L positions of an entry are the KV
-of any prompt that starts with the same L tokens) and prefills only the rest. At least one
+in a tree rollout and in step and memory modes (`cut_prefixes`), of the longest prefix it shares
+with a stored entry (the KV of a position depends on the tokens up to it only, so the first L
+positions of an entry are the KV of any prompt that starts with the same L tokens) and prefills
+only the rest. At least one
 token of a prompt is always prefilled: its logits are the first sampled token's.
 
 What the store guarantees:
@@ -71,11 +72,12 @@ class KVStore:
         """The bound of `fit`: `min_rows`, or the most rows one `generate` call has had."""
         self.cut_prefixes = cut_prefixes
         """Whether a prompt may reuse an entry it shares only a part of (a tree's branch, its
-        parent). Off elsewhere: a cut entry's KV was computed in another forward than a fresh
-        prefill of the same tokens, so its logprobs may differ in the last bits, and a run
-        that replays an episode (a tool-infrastructure retry) must get the same logprobs as
-        the undisturbed run. An entry a prompt continues whole is that episode's own KV,
-        the same in both runs."""
+        parent; a step- or memory-mode context, the prompt an earlier turn started with:
+        backends/base.py `_hf_generator`). Off in episode mode: a cut entry's KV was computed
+        in another forward than a fresh prefill of the same tokens, so its logprobs may differ
+        in the last bits, and there a run that replays an episode (a tool-infrastructure retry)
+        gets the same logprobs as the undisturbed run. An entry a prompt continues whole is
+        that episode's own KV, the same in both runs."""
 
     def __len__(self) -> int:
         return len(self._entries)
