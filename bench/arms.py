@@ -5,6 +5,10 @@ bench/tree_rollouts.py): one run per (arm, seed) with the arm's overrides, budge
 (time limits off, so a loaded machine changes the time, not the result), its train metrics and
 held-out evaluations read back from metrics.jsonl, and a results file rewritten after every
 run so that a killed comparison resumes where it stopped.
+
+On a machine lent for a limited time, `--run-limit-s` stops a run that is still going after
+that many seconds: what it logged so far is kept under "stopped" in the results file (with the
+limit), never under "results", whose means compare finished runs only; a rerun plays it again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def arm_parser(description: str, arms: Sequence[str], results: Path) -> argparse
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--overrides", nargs="*", default=[], help="added to every run")
     parser.add_argument("--out", type=Path, default=results)
+    parser.add_argument(
+        "--run-limit-s",
+        type=float,
+        default=0.0,
+        help="stop a run after this many seconds, keeping what it logged under 'stopped' (0: none)",
+    )
     return parser
 
 
@@ -63,10 +73,28 @@ def run_arm(
         *args.overrides,
     ]
     t0 = time.time()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    limit = getattr(args, "run_limit_s", 0.0) or None
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:  # the child is killed; keep what it logged
+        run = read_metrics(out / run_name / "metrics.jsonl", train_keys)
+        return {**run, "wall_seconds": time.time() - t0, "command": cmd, "stopped_after_s": limit}
     if done.returncode != 0:
         raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (out / run_name / "metrics.jsonl").open()]
+    run = read_metrics(out / run_name / "metrics.jsonl", train_keys)
+    return {**run, "wall_seconds": time.time() - t0, "command": cmd}
+
+
+def read_metrics(path: Path, train_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """A run's train metrics named in `train_keys` per step and its held-out evaluations (with
+    their prefixes), from its metrics.jsonl; empty lists for a run stopped before writing any,
+    and a last line cut by a kill is skipped."""
+    rows = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
     train = [
         {"step": r["step"], **{k: r[f"train/{k}"] for k in train_keys if f"train/{k}" in r}}
         for r in rows
@@ -78,7 +106,7 @@ def run_arm(
         for p in EVAL_PREFIXES
         if f"{p}/success" in r
     ]
-    return {"train": train, "eval": evals, "wall_seconds": time.time() - t0, "command": cmd}
+    return {"train": train, "eval": evals}
 
 
 def run_arms(
@@ -93,8 +121,10 @@ def run_arms(
     holds "summary": {arm: {key: the mean over the arm's seeds, "seeds": n}}, the numbers a
     docs page shows; a rerun with every run already in the file only rewrites it."""
     results: dict[str, dict[str, Any]] = {}
+    stopped: dict[str, dict[str, Any]] = {}  # runs cut by --run-limit-s: rerun on resume
     if args.out.is_file():  # resume: keep the arms and seeds already measured
-        results = json.loads(args.out.read_text()).get("results", {})
+        previous = json.loads(args.out.read_text())
+        results, stopped = previous.get("results", {}), previous.get("stopped", {})
 
     def write() -> None:
         record = {
@@ -107,6 +137,8 @@ def run_arms(
             "machine": platform.platform(),
             "results": results,
         }
+        if stopped:
+            record["stopped"] = stopped
         if summarise is not None:
             record["summary"] = {
                 arm: arm_summary([summarise(run) for run in seeds.values()])
@@ -122,7 +154,13 @@ def run_arms(
                     continue
                 print(f"[{arm} seed {seed}]", flush=True)
                 run = run_arm(args, arm, arms[arm], seed, Path(tmp), train_keys)
-                results.setdefault(arm, {})[str(seed)] = run
+                if "stopped_after_s" in run:
+                    stopped.setdefault(arm, {})[str(seed)] = run
+                    print(f"[{arm} seed {seed}] stopped after {run['stopped_after_s']} s")
+                else:
+                    results.setdefault(arm, {})[str(seed)] = run
+                    stopped.get(arm, {}).pop(str(seed), None)
+                    stopped = {a: runs for a, runs in stopped.items() if runs}
                 write()
     if results:
         write()

@@ -1,8 +1,12 @@
 """bench/arms.py: the per-arm summary a results file holds for its docs page (the mean over
-seeds of each run's numbers), and newer_losses' per-run numbers, by hand."""
+seeds of each run's numbers), newer_losses' per-run numbers, by hand, and a run stopped by its
+time limit."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,3 +49,41 @@ def test_newer_losses_run_numbers_by_hand():
     assert "| ppo | 0.900 | 0.500 -> 0.400 | 0.2000 | - | - |" in newer_losses.table(
         {"ppo": {"0": run}}
     )
+
+
+def test_a_run_past_its_limit_is_kept_under_stopped_and_played_again(tmp_path, monkeypatch):
+    """--run-limit-s: the killed run's logged steps go under "stopped" (never "results"); a
+    rerun plays it again and, finished, it moves to "results"."""
+    limits, real_run = [], subprocess.run
+
+    def fake_run(cmd, *pos, timeout=None, **kw):
+        if "agentic_rl.cli" not in cmd:  # anything else the bench runs (platform queries)
+            return real_run(cmd, *pos, timeout=timeout, **kw)
+        limits.append(timeout)
+        value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in cmd if "=" in a}
+        run_dir = Path(value["trainer.out_dir"]) / value["trainer.run_name"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lines = [{"step": 0, "eval_before/success": 0.1}, {"step": 1, "train/reward": 0.5}]
+        cut = '{"step": 2, "train/rew'  # the last line, cut by the kill
+        (run_dir / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n" + cut)
+        if timeout:
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(arms.subprocess, "run", fake_run)
+    args = argparse.Namespace(
+        recipe="r", arms=["a"], seeds=[0], steps=2, eval_every=1, overrides=[],
+        out=tmp_path / "r.json", run_limit_s=5.0,
+    )  # fmt: skip
+    assert arms.run_arms(args, {"a": []}, ["reward"], {}) == {}
+    data = json.loads(args.out.read_text())
+    run = data["stopped"]["a"]["0"]
+    assert data["results"] == {} and run["stopped_after_s"] == 5.0
+    assert run["train"] == [{"step": 1, "reward": 0.5}]
+    assert run["eval"] == [{"step": 0, "success": 0.1, "split": "eval_before"}]
+    args.run_limit_s = 0.0
+    results = arms.run_arms(args, {"a": []}, ["reward"], {})
+    data = json.loads(args.out.read_text())
+    assert list(results["a"]) == ["0"] and "stopped" not in data
+    assert "stopped_after_s" not in data["results"]["a"]["0"]
+    assert limits == [5.0, None]
