@@ -25,6 +25,9 @@ first stage's untrained evaluation and "warm_start" the previous stage's final o
     .venv/bin/python bench/learning.py search --recipe search_qa_grpo --steps 60 --eval-every 20
     .venv/bin/python bench/learning.py search --plot      # redraw KEY.png from KEY.json
     .venv/bin/python bench/learning.py gui --keep-runs runs/learning-gui   # keep checkpoints
+    # seeds side by side (a GPU machine: --set trainer.device=cuda), then one file of all three
+    .venv/bin/python bench/learning.py memory --seeds 0 --results /tmp/s0 &   # ... 1, 2
+    .venv/bin/python bench/learning.py memory --merge /tmp/s0 /tmp/s1 /tmp/s2
 """
 
 from __future__ import annotations
@@ -217,6 +220,43 @@ def rl_gain(seeds: list[dict[str, Any]]) -> dict[str, float] | None:
     return {"mean": statistics.mean(gains), "min": min(gains), "max": max(gains), "n": len(gains)}
 
 
+MERGE_KEYS = ("key", "recipe", "metric", "held_out_tasks", "rl_steps", "set")
+"""What the seeds of one results file share: files that differ in any of these do not merge."""
+
+
+def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One family's results files, each holding some seeds (e.g. written side by side by
+    processes on one machine, each with its own --results), as one: the seeds of all, in seed
+    order, and the RL gain over them. Refused (ValueError) where the files differ in a
+    `MERGE_KEYS` setting or two hold the same seed."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    first = parts[0]
+    for part in parts[1:]:
+        differ = [k for k in MERGE_KEYS if part.get(k) != first.get(k)]
+        if differ:
+            raise ValueError(
+                "these results differ in "
+                + ", ".join(f"{k} ({first.get(k)!r} vs {part.get(k)!r})" for k in differ)
+            )
+    seeds: dict[int, dict[str, Any]] = {}
+    for part in parts:
+        for row in part["seeds"]:
+            if row["seed"] in seeds:
+                raise ValueError(f"seed {row['seed']} is in two of the files")
+            seeds[row["seed"]] = row
+    merged = [seeds[s] for s in sorted(seeds)]
+    machines = [part["machine"] for part in parts if part.get("machine")]
+    return {
+        **{k: first[k] for k in MERGE_KEYS if k in first},
+        "seeds": merged,
+        "rl_gain": rl_gain(merged),
+        "machine": machines[0]
+        if len({json.dumps(m, sort_keys=True) for m in machines}) == 1
+        else machines,
+    }
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     """Held-out metric against RL steps: each seed thin, the mean thick, the min-max band."""
     import matplotlib
@@ -269,10 +309,28 @@ def main() -> None:
         " directory, removed",
     )
     parser.add_argument("--plot", action="store_true", help="only redraw KEY.png")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="DIR",
+        help="write KEY.json from the KEY.json of each DIR (seeds run side by side, each with"
+        " its own --results), with the seeds of all; nothing is run",
+    )
     args = parser.parse_args()
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{args.key}.json"
+    if args.merge:
+        try:
+            merged = merge_results(
+                [json.loads((Path(d) / f"{args.key}.json").read_text()) for d in args.merge]
+            )
+        except (OSError, ValueError) as err:
+            parser.error(f"--merge: {err}")
+        path.write_text(json.dumps(merged, indent=2) + "\n")
+        plot(merged, path.with_suffix(".png"))
+        print(f"[{args.key}] seeds {[s['seed'] for s in merged['seeds']]}: wrote {path}")
+        return
     previous = json.loads(path.read_text()) if path.exists() else None
     if args.plot:
         if previous is None:

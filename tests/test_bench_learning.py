@@ -15,6 +15,7 @@ from learning import (  # noqa: E402
     FAMILIES,
     eval_curve,
     flat_summary,
+    merge_results,
     recipe_stages,
     rl_gain,
     seed_row,
@@ -46,6 +47,26 @@ def test_rl_gain_is_after_rl_minus_the_warm_start() -> None:
     assert gain["mean"] == pytest.approx((0.25 + 0.1 + 0.3) / 3)
     assert gain["min"] == pytest.approx(0.1) and gain["max"] == pytest.approx(0.3)
     assert rl_gain([]) is None
+
+
+def _part(seeds: list[tuple[int, float, float]], **settings) -> dict:
+    base = {"key": "memory", "recipe": "memagent", "metric": "success", "held_out_tasks": 100,
+            "rl_steps": 20, "set": [], "machine": {"cpu": "x"}}  # fmt: skip
+    rows = [{"seed": s, "before": 0.0, "warm_start": w, "after_rl": a} for s, w, a in seeds]
+    return {**base, **settings, "seeds": rows, "rl_gain": rl_gain(rows)}
+
+
+def test_seeds_run_side_by_side_merge_into_one_file() -> None:
+    merged = merge_results([_part([(2, 0.5, 0.7)]), _part([(0, 0.4, 0.6), (1, 0.5, 0.5)])])
+    assert [s["seed"] for s in merged["seeds"]] == [0, 1, 2]
+    assert merged["rl_gain"]["mean"] == pytest.approx((0.2 + 0.0 + 0.2) / 3)
+    assert merged["recipe"] == "memagent" and merged["machine"] == {"cpu": "x"}
+    with pytest.raises(ValueError, match="seed 0 is in two"):
+        merge_results([_part([(0, 0.4, 0.6)]), _part([(0, 0.4, 0.6)])])
+    with pytest.raises(ValueError, match=r"rl_steps \(20 vs 30\)"):
+        merge_results([_part([(0, 0.4, 0.6)]), _part([(1, 0.4, 0.6)], rl_steps=30)])
+    with pytest.raises(ValueError, match="nothing"):
+        merge_results([])
 
 
 def test_every_family_names_a_shipped_recipe() -> None:
