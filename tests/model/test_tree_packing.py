@@ -381,3 +381,51 @@ def test_duplicate_leaves_and_rows_that_end_inside_a_shared_run() -> None:
     torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
     for name, grad in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _step_rows(opening: int, seed: int = 3) -> tuple[torch.Tensor, ...]:
+    """Step-mode samples: each row opens with the same `opening` tokens (the episode's prompt),
+    then a window of steps of its own (loss 0) and its turn (loss 1): prompts differ."""
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(1, VOCAB, (opening,), generator=g)
+    parts = [(9, 5), (14, 3), (4, 6), (11, 2)]  # (window, turn) per row
+    width = opening + max(w + t for w, t in parts)
+    ids = torch.zeros((len(parts), width), dtype=torch.long)
+    attn, mask = torch.zeros_like(ids), torch.zeros((len(parts), width))
+    for i, (w, t) in enumerate(parts):
+        n = opening + w + t
+        ids[i, :opening] = head
+        ids[i, opening:n] = torch.randint(1, VOCAB, (w + t,), generator=g)
+        attn[i, :n], mask[i, opening + w : n] = 1, 1.0
+    return ids, attn, mask
+
+
+def test_rows_whose_prompts_differ_share_what_they_open_with() -> None:
+    """Step samples (the episode's prompt, then other steps): one block whose root is the
+    common opening, each row's own tokens after it; the same numbers as the plain forward. An
+    opening shorter than MIN_SHARED_RUN is not shared, and neither is any without sharing turns."""
+    ids, attn, mask = _step_rows(20)
+    own = int(attn.sum()) - 4 * 20
+    layout = pack_rows(ids, attn, mask > 0)
+    assert layout is not None and layout.blocks == [(0, 4, 20)]
+    assert layout.tokens == 20 + own == _distinct_prefixes(ids, attn)
+    separate = pack_rows(ids, attn, mask > 0, share_turns=False)
+    assert separate is not None and len(separate.blocks) == 4 and separate.tokens == 80 + own
+    short_ids, short_attn, short_mask = _step_rows(MIN_SHARED_RUN - 1)
+    short = pack_rows(short_ids, short_attn, short_mask > 0)
+    assert short is not None and len(short.blocks) == 4
+    adv = torch.tensor([1.0, -0.5, 0.25, -1.0])[:, None]
+    results = []
+    for share in (False, True):
+        model = tiny_model(VOCAB, seed=1)
+        use_fast_cpu_attention(model)
+        model.train()
+        lp = token_logprobs(model, ids, attn, positions=mask > 0, share_prefix=share)[0]
+        (-(lp * adv * mask).sum()).backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    form = prefix_sharing.choose_form(model, ids, attn, (mask > 0) & attn.bool())
+    assert form[0] == "packed" and form[1] is not None and form[1].tokens == 20 + own
+    (lp0, g0), (lp1, g1) = results
+    torch.testing.assert_close(lp1, lp0, atol=1e-5, rtol=1e-5)
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-4, msg=name)

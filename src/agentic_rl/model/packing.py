@@ -2,7 +2,8 @@
 
 The rows of a micro-batch (right-padded, usually a few GRPO groups one after another) become one
 row, laid out as a prefix tree of segments. For each block of consecutive rows that share their
-prompt, the prompt once; after it, a run of tokens that several of the block's rows continue
+prompt (or open alike for MIN_SHARED_RUN tokens or more: the step samples of step mode, whose
+contexts are one prompt plus different recent steps), what they all open with once; after it, a run of tokens that several of the block's rows continue
 with alike (at least MIN_SHARED_RUN tokens: the turns and observations that the leaves of a tree
 rollout copy from their parent, rollout/tree.py) once more, and so on down; then each row's own
 tokens, padding dropped. Position ids are the original columns, and a token sees only its
@@ -37,7 +38,8 @@ segment, as when only the prompt is shared."""
 class PackedLayout:
     """One packed row. input_ids, positions [1, L]; segments: the segment tree (attention);
     gather [B, T]: the packed position of each (row, column) of the original micro-batch (0 at
-    padding); blocks: (first row, end row, prompt length) of each block."""
+    padding); blocks: (first row, end row, root length) of each block: the tokens all its
+    rows open with, run once."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -94,9 +96,14 @@ def pack_rows(
     """The packed layout of right-padded rows, or None when some row is not a run of ones
     followed by padding. A row's prompt is everything before its first wanted token (its
     state at the column before is the first one needed); consecutive rows with the same prompt
-    form a block. Within a block, rows that continue alike for MIN_SHARED_RUN tokens or more
-    share that run as one segment (`share_turns`; False: the prompt only, each row's own
-    tokens after it). input_ids, attention_mask, wanted: [B, T]."""
+    form a block, and so do consecutive rows that open with the same MIN_SHARED_RUN tokens or
+    more although their prompts differ (`share_turns`: the step samples of step mode, whose
+    contexts are the episode's prompt plus other recent steps, or memory mode's conversations,
+    which re-send the same instructions). A block's root segment is what all its rows open
+    with: their prompt, or their longest common prefix where longer or where the prompts
+    differ. Within a block, rows that continue alike for MIN_SHARED_RUN tokens or more share
+    that run as one segment (`share_turns`; False: blocks of equal prompts only, the prompt
+    once, each row's own tokens after it). input_ids, attention_mask, wanted: [B, T]."""
     batch, length = input_ids.shape
     device = input_ids.device
     lengths = attention_mask.sum(dim=1)
@@ -107,12 +114,22 @@ def pack_rows(
     first = torch.where(wanted.bool() & ones, cols, length).min(dim=1).values
     prompt = torch.minimum(first, lengths).clamp(min=1)  # [B]
     same = torch.zeros(batch, dtype=torch.bool, device=device)
+    common = torch.zeros(batch, dtype=torch.long, device=device)  # row b's with row b - 1
     if batch > 1:
         inside = cols[1:] < prompt[1:, None]
         equal = ((input_ids[1:] == input_ids[:-1]) | ~inside).all(dim=1)
         same[1:] = equal & (prompt[1:] == prompt[:-1])
+        alike = (input_ids[1:] == input_ids[:-1]) & ones[1:] & ones[:-1]
+        common[1:] = alike.long().cumprod(dim=1).sum(dim=1)
+        if share_turns:
+            same[1:] |= common[1:] >= MIN_SHARED_RUN
     starts = (~same).nonzero().squeeze(1).tolist() + [batch]
-    blocks = [(a, b, int(prompt[a])) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    common_of, prompt_of = common.tolist(), prompt.tolist()
+    blocks = []
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        # what all its rows open with (rows of one prompt open with at least the prompt)
+        root = min(common_of[a + 1 : b], default=prompt_of[a])
+        blocks.append((a, b, root if share_turns else prompt_of[a]))
 
     ids, ends = input_ids.tolist(), lengths.tolist()
     segments: list[_Segment] = []
