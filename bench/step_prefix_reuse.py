@@ -13,7 +13,10 @@ recipe's B tasks x G samples, each batch played once per arm (`prefill`: cut_pre
 `reuse`: on), the arms interleaved batch by batch, the KV store emptied before each. Per arm:
 rollout seconds, prompt tokens prefilled and reused, and the sampled tokens of the two arms
 compared (sampling is seeded per episode and turn, so they differ only where a float rounding
-in the reused KV changes a sample).
+in the reused KV changes a sample). The learner's side, counted on the last batch's samples:
+the tokens one forward runs through the backbone in the recipe's micro-batches, padded, packed
+with only equal prompts shared (before) and packed with the opening the samples share (now,
+model/packing.py).
 
     .venv/bin/python bench/step_prefix_reuse.py                    # the recipes below
     .venv/bin/python bench/step_prefix_reuse.py --recipes scienceworld --repeats 1 \
@@ -35,6 +38,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tree_rollout_work import learner_tokens  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_prefix_reuse.json"
 RECIPES = ("gigpo_household", "scienceworld", "memagent")
@@ -76,13 +82,18 @@ def measure(recipe: str, args: argparse.Namespace) -> dict[str, Any]:
             seconds[arm].append(time.perf_counter() - start)
             prefilled[arm] += gen.prompt_tokens - p0
             reused[arm] += gen.reused_tokens - r0
-            sampled[arm] = [s.token_ids for ep in played.samples for s in ep]
+            samples = [s for ep in played.samples for s in ep]
+            sampled[arm] = [s.token_ids for s in samples]
             print(f"[{recipe} {arm} batch {repeat}] {seconds[arm][-1]:.1f} s", flush=True)
         pairs = list(zip(sampled["prefill"], sampled["reuse"], strict=False))
         differ += sum(a != b for a, b in pairs) + abs(
             len(sampled["prefill"]) - len(sampled["reuse"])
         )
         total += max(len(sampled["prefill"]), len(sampled["reuse"]))
+    # the learner's side, on the last batch: tokens one forward runs through the backbone in
+    # the recipe's micro-batches, packed with equal prompts once (as before step and memory
+    # samples shared their opening) and as now
+    forwarded = learner_tokens(samples, cfg.optim.micro_batch_size)
     mean = {arm: statistics.fmean(s) for arm, s in seconds.items()}
     return {
         "mode": cfg.rollout.mode,
@@ -95,6 +106,12 @@ def measure(recipe: str, args: argparse.Namespace) -> dict[str, Any]:
         "prefill_cut": 1 - prefilled["reuse"] / prefilled["prefill"],
         "samples": total,
         "samples_differing": differ,
+        "learner_tokens": {
+            "micro_batch_size": cfg.optim.micro_batch_size,
+            "plain": forwarded["plain"],
+            "equal_prompts_packed": forwarded["prompt_packed"],
+            "opening_shared": forwarded["trie_packed"],
+        },
     }
 
 

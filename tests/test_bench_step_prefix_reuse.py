@@ -29,6 +29,8 @@ def test_the_reuse_arm_prefills_less_and_samples_the_same(tmp_path):
     assert prefilled["reuse"] < prefilled["prefill"]
     assert reused["reuse"] - reused["prefill"] == prefilled["prefill"] - prefilled["reuse"]
     assert result["samples"] > 0 and result["samples_differing"] == 0
+    learner = result["learner_tokens"]
+    assert learner["opening_shared"] < learner["equal_prompts_packed"] <= learner["plain"]
 
 
 def test_a_recipe_outside_step_and_memory_modes_is_refused(tmp_path):
