@@ -10,7 +10,8 @@ of the longest prefix it shares with a kept row, at least the prompt.
 For each recipe: one policy (the untrained bundled model: the rollouts' lengths are what the
 recipe's episodes cost before training), the rollouts of `--repeats` training batches of the
 recipe's B tasks x G samples, each batch played once per arm (`prefill`: cut_prefixes off,
-`reuse`: on), the arms interleaved batch by batch, the KV store emptied before each. Per arm:
+`reuse`: on), the arms interleaved batch by batch, the KV store emptied before each, after one
+untimed episode (the generator's first call measures its fast paths). Per arm:
 rollout seconds, prompt tokens prefilled and reused, and the sampled tokens of the two arms
 compared (sampling is seeded per episode and turn, so they differ only where a float rounding
 in the reused KV changes a sample). The learner's side, counted on the last batch's samples:
@@ -70,6 +71,10 @@ def measure(recipe: str, args: argparse.Namespace) -> dict[str, Any]:
     prefilled = dict.fromkeys(ARMS, 0)
     reused = dict.fromkeys(ARMS, 0)
     differ = total = 0
+    # untimed: the generator's first call measures its fast paths (backends/fast_paths.py),
+    # a one-time cost that would land on the first arm
+    warm = random.Random(-1).sample(setup.train_tasks, 1)
+    collect.rollout(setup, warm, 1, seed=-1, step=1)
     for repeat in range(args.repeats):
         tasks = random.Random(repeat).sample(setup.train_tasks, cfg.rollout.tasks_per_step)
         sampled: dict[str, list[list[int]]] = {}
