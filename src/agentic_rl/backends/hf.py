@@ -146,7 +146,7 @@ class HFGenerator:
         if kv_rows < 0:
             raise ValueError(f"kv_rows: {kv_rows} is below 0")
         self.prefix_cache = prefix_cache and _layered_cache_available()
-        self._kv_store = KVStore(kv_rows, cut_prefixes)  # cut_prefixes: tree rollouts
+        self._kv_store = KVStore(kv_rows, cut_prefixes)  # trees, step and memory modes (base.py)
         self._kv_weights = self._weights_version()
 
     def sleep(self) -> None:
