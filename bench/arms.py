@@ -76,13 +76,13 @@ def run_arm(
     limit = getattr(args, "run_limit_s", 0.0) or None
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:  # the child is killed; keep what it logged
-        run = read_metrics(out / run_name / "metrics.jsonl", train_keys)
-        return {**run, "wall_seconds": time.time() - t0, "command": cmd, "stopped_after_s": limit}
-    if done.returncode != 0:
+    except subprocess.TimeoutExpired:  # the child is killed; what it logged is kept
+        done = None
+    if done is not None and done.returncode != 0:
         raise RuntimeError(f"{arm} seed {seed} failed:\n{done.stderr[-3000:]}")
     run = read_metrics(out / run_name / "metrics.jsonl", train_keys)
-    return {**run, "wall_seconds": time.time() - t0, "command": cmd}
+    run = {**run, "wall_seconds": time.time() - t0, "command": cmd}
+    return run if done is not None else {**run, "stopped_after_s": limit}
 
 
 def read_metrics(path: Path, train_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

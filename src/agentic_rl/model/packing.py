@@ -3,14 +3,14 @@
 The rows of a micro-batch (right-padded, usually a few GRPO groups one after another) become one
 row, laid out as a prefix tree of segments. For each block of consecutive rows that share their
 prompt (or open alike for MIN_SHARED_RUN tokens or more: the step samples of step mode, whose
-contexts are one prompt plus different recent steps), what they all open with once; after it, a run of tokens that several of the block's rows continue
-with alike (at least MIN_SHARED_RUN tokens: the turns and observations that the leaves of a tree
-rollout copy from their parent, rollout/tree.py) once more, and so on down; then each row's own
-tokens, padding dropped. Position ids are the original columns, and a token sees only its
-ancestor segments and the earlier tokens of its own segment, so every state equals the plain
-forward's (causal attention: a token's state depends only on the tokens before it; tested up to
-float rounding); the linear layers, most of the cost, see each shared token once instead of once
-per row. Rows that share only their prompt (independent samples of a group) pack as a prompt
+contexts are one prompt plus different recent steps), what they all open with once; after it,
+a run of tokens that several of the block's rows continue with alike (at least MIN_SHARED_RUN
+tokens: the turns and observations that the leaves of a tree rollout copy from their parent,
+rollout/tree.py) once more, and so on down; then each row's own tokens, padding dropped.
+Position ids are the original columns, and a token sees only its ancestor segments and the
+earlier tokens of its own segment, so every state equals the plain forward's (causal attention:
+a token's state depends only on the tokens before it; tested up to float rounding); the linear
+layers, most of the cost, see each shared token once instead of once per row. Rows that share only their prompt (independent samples of a group) pack as a prompt
 and one segment per row: two levels.
 
 This project's attention (attention.py) computes a packed row level by level
@@ -116,11 +116,9 @@ def pack_rows(
     same = torch.zeros(batch, dtype=torch.bool, device=device)
     common = torch.zeros(batch, dtype=torch.long, device=device)  # row b's with row b - 1
     if batch > 1:
-        inside = cols[1:] < prompt[1:, None]
-        equal = ((input_ids[1:] == input_ids[:-1]) | ~inside).all(dim=1)
-        same[1:] = equal & (prompt[1:] == prompt[:-1])
         alike = (input_ids[1:] == input_ids[:-1]) & ones[1:] & ones[:-1]
-        common[1:] = alike.long().cumprod(dim=1).sum(dim=1)
+        common[1:] = alike.long().cumprod(dim=1).sum(dim=1)  # leading tokens in common
+        same[1:] = (prompt[1:] == prompt[:-1]) & (common[1:] >= prompt[1:])  # one prompt
         if share_turns:
             same[1:] |= common[1:] >= MIN_SHARED_RUN
     starts = (~same).nonzero().squeeze(1).tolist() + [batch]
