@@ -64,6 +64,23 @@ def test_seed_programs_are_valid_tasks_with_their_recorded_outputs(pool):
     assert train.isdisjoint(c.program for c in seed_programs("eval"))
 
 
+def test_held_out_tasks_are_distinct_and_bounded():
+    """Eval tasks are drawn without replacement (a draw with replacement from 6 programs gave
+    31 distinct tasks in 60); abduction counts a (program, output) once; asking for more than
+    the eval programs make is an error that says how many they make."""
+    tasks = make_self_play_tasks("eval", 120, seed=0)
+    assert len({t.prompt for t in tasks}) == 120
+    assert [t.fields["task_type"] for t in tasks[:3]] == ["deduction", "abduction", "induction"]
+    programs = seed_programs("eval")
+    deduction = sum(len(c.inputs) for c in programs)
+    abduction = sum(len(set(c.outputs)) for c in programs)
+    available = deduction + abduction + len(programs)
+    everything = make_self_play_tasks("eval", available, seed=1)
+    assert len({t.prompt for t in everything}) == available
+    with pytest.raises(ValueError, match=f"make {available} distinct"):
+        make_self_play_tasks("eval", available + 1)
+
+
 def proposal(program, *inputs):
     blocks = "".join(f"```input\n{i}\n```\n" for i in inputs)
     return f"```python\n{program}\n```\n{blocks}" if program else blocks

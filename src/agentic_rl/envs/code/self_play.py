@@ -152,15 +152,18 @@ def propose_task(
 
 
 def make_self_play_tasks(split: str, n: int, seed: int = 0, *, references: int = 2) -> list[Task]:
-    """Train: `n` tasks cycling over the six (type, role) buckets on the train seed programs;
-    eval: `n` solve tasks cycling over the three types on the eval programs."""
+    """Train: `n` tasks cycling over the six (type, role) buckets on the train seed programs
+    (drawn with replacement: training repeats tasks); eval: `n` distinct solve tasks on the eval
+    programs (`eval_solve_tasks`)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    programs = seed_programs(split)
     if references < 1 or references >= len(seed_programs("train")):
         raise ValueError(f"references must be in [1, {len(seed_programs('train')) - 1}]")
+    if split == "eval":
+        return eval_solve_tasks(n, seed)
+    programs = seed_programs(split)
     rng = random.Random(f"self_play/{split}/{seed}")
-    buckets = [(t, r) for t in TASK_TYPES for r in (ROLES if split == "train" else ("solve",))]
+    buckets = [(t, r) for t in TASK_TYPES for r in ROLES]
     tasks = []
     for k in range(n):
         task_type, role = buckets[k % len(buckets)]
@@ -172,6 +175,50 @@ def make_self_play_tasks(split: str, n: int, seed: int = 0, *, references: int =
             chosen = rng.sample(programs, references + 1)
             expert = chosen[0] if task_type == "induction" else chosen[-1]
             tasks.append(propose_task(task_id, task_type, chosen[:references], expert))
+    return tasks
+
+
+def eval_solve_tasks(n: int, seed: int = 0) -> list[Task]:
+    """`n` distinct held-out solve tasks on the eval programs, taken in turn from the three
+    types (a type whose tasks run out leaves its turns to the others): deduction on every
+    (program, input) pair, abduction on every (program, output) pair, induction on every
+    program. Without replacement, so a
+    held-out rate counts different tasks (a draw with replacement from a few programs repeats
+    them); more than there are is an error that says how many there are."""
+    programs = seed_programs("eval")
+    rng = random.Random(f"self_play/eval/{seed}")
+    pools: dict[str, list[tuple[CodeTask, int]]] = {}
+    for task_type in TASK_TYPES:
+        if task_type == "induction":
+            pool = [(code, 0) for code in programs]
+        elif task_type == "abduction":  # two inputs with one output are one task
+            firsts = {
+                (code.program, out): i
+                for code in programs
+                for i, out in reversed(list(enumerate(code.outputs)))
+            }
+            pool = [
+                (code, i)
+                for code in programs
+                for i in range(len(code.inputs))
+                if firsts[code.program, code.outputs[i]] == i
+            ]
+        else:
+            pool = [(code, i) for code in programs for i in range(len(code.inputs))]
+        rng.shuffle(pool)
+        pools[task_type] = pool
+    available = sum(len(pool) for pool in pools.values())
+    if n > available:
+        raise ValueError(
+            f"num_eval_tasks={n}: the {len(programs)} eval programs make {available} distinct "
+            "solve tasks"
+        )
+    tasks: list[Task] = []
+    while len(tasks) < n:
+        for task_type in TASK_TYPES:
+            if pools[task_type] and len(tasks) < n:
+                code, index = pools[task_type].pop()
+                tasks.append(solve_task(f"az-eval-{seed}-{len(tasks)}", task_type, code, index))
     return tasks
 
 
