@@ -70,7 +70,15 @@ FAMILIES: dict[str, Family] = {
         " and 1 and ended lower on average after 60 steps, one seed falling well below the"
         " shipped rate's (results/learning/probes/search_lr_1e-5.json)",
     ),
-    "ppo_search": Family("search_r1", 40, 10, "PPO + critic on two-hop QA; not yet calibrated"),
+    "ppo_search": Family(
+        "search_r1",
+        40,
+        10,
+        "PPO + critic on two-hop QA, not yet calibrated: three seeds on a shared GPU were stopped"
+        " at 15-17 of 30 steps, held-out success after 10 steps above the warm start in every"
+        " seed and training reward still rising; its 32-episode warm start leaves 3-9%"
+        " (results/learning/probes/h200_stopped_ppo_search_worlds.json)",
+    ),
     "code": Family(
         "retool", 30, 10, "the recipe as it ships: its 256-episode warm start leaves ~27%"
     ),
@@ -88,7 +96,9 @@ FAMILIES: dict[str, Family] = {
         30,
         10,
         "3 seeds x 3 steps: GiGPO 25% vs GRPO 8%; countdown as shipped was probed and fell"
-        " below its warm start under RL (results/learning/probes/worlds_countdown.json)",
+        " below its warm start under RL (results/learning/probes/worlds_countdown.json); on a"
+        " GPU shared by six runs a step took a minute and three seeds were stopped after 3-4"
+        " steps (results/learning/probes/h200_stopped_ppo_search_worlds.json)",
     ),
     "memory": Family("memagent", 20, 5, "not yet calibrated"),
     "gui": Family(
