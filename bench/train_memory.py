@@ -31,8 +31,9 @@ def child(micro: int, checkpointing: bool, foreach: bool) -> dict[str, float]:
     import torch
 
     from agentic_rl.config.load import load_config
+    from agentic_rl.learner.advantages import compute_advantages
     from agentic_rl.learner.batch import collate
-    from agentic_rl.learner.update import compute_advantages, update
+    from agentic_rl.learner.update import update
     from agentic_rl.model.load import load_policy
     from agentic_rl.types import Trajectory
 

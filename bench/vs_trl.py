@@ -166,8 +166,8 @@ def our_step(
     update. Returns timings and counts. `reward_fn(row, text)`, row = index among the step's
     prompt_ids x group_size completions (row // group_size is the prompt); default: parity of
     the text length."""
+    from agentic_rl.learner.advantages import compute_advantages
     from agentic_rl.learner.batch import collate_episodes
-    from agentic_rl.learner.update import compute_advantages
     from agentic_rl.learner.update import update as learner_update
     from agentic_rl.types import SamplingParams, Trajectory
 

@@ -9,8 +9,9 @@ import torch
 from agentic_rl.config.algo import GigpoConfig
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate, collate_episodes
-from agentic_rl.learner.update import compute_advantages, update
+from agentic_rl.learner.update import update
 from agentic_rl.types import Trajectory
 
 GSPO = ["algo.policy_loss=gspo", "algo.clip_high=0.2"]

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from agentic_rl.config.load import load_config
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.types import Trajectory
 
 BASE = ["model.name=tiny", "algo.clip_high=0.2", "optim.max_grad_norm=0"]

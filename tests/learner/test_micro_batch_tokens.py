@@ -12,8 +12,9 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import RowTokens, collate, micro_batch_bounds, row_tokens
-from agentic_rl.learner.update import compute_advantages, update
+from agentic_rl.learner.update import update
 from agentic_rl.train.sft import train_sft
 from agentic_rl.types import Trajectory
 

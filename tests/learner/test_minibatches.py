@@ -9,8 +9,9 @@ import torch
 
 from agentic_rl.algos.losses import aggregate_loss, ppo_clip_loss
 from agentic_rl.config.load import load_config
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, mini_batch_rows, update
+from agentic_rl.learner.update import forward_no_grad, mini_batch_rows, update
 from agentic_rl.model.load import token_logprobs
 from agentic_rl.types import Trajectory
 

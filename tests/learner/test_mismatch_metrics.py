@@ -10,8 +10,9 @@ import torch
 
 from agentic_rl.algos.offpolicy import rollout_mismatch
 from agentic_rl.config.load import load_config
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.load import tiny_model
 from agentic_rl.types import Trajectory
 

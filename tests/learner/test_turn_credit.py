@@ -12,8 +12,9 @@ import torch
 
 from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.load import load_config
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate, turn_tensors
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.load import ValueHead
 from agentic_rl.types import Trajectory
 

@@ -209,8 +209,9 @@ def test_learner_update_is_the_same_with_and_without_sharing(tiny) -> None:
     import copy
 
     from agentic_rl.config.load import load_config
+    from agentic_rl.learner.advantages import compute_advantages
     from agentic_rl.learner.batch import collate
-    from agentic_rl.learner.update import compute_advantages, update
+    from agentic_rl.learner.update import update
     from agentic_rl.types import Trajectory
 
     g = torch.Generator().manual_seed(3)

@@ -16,8 +16,9 @@ from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint  # noqa: E
 from agentic_rl.checkpoint.layout import ADAPTER_DIR  # noqa: E402
 from agentic_rl.config.load import load_config  # noqa: E402
 from agentic_rl.config.rollout import ModelConfig  # noqa: E402
+from agentic_rl.learner.advantages import compute_advantages  # noqa: E402
 from agentic_rl.learner.batch import collate  # noqa: E402
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update  # noqa: E402
+from agentic_rl.learner.update import forward_no_grad, update  # noqa: E402
 from agentic_rl.model.load import load_policy, token_logprobs  # noqa: E402
 from agentic_rl.model.lora import (  # noqa: E402
     adapter_disabled,

@@ -19,8 +19,9 @@ from agentic_rl.checkpoint.layout import MODEL_FILE, latest_checkpoint
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import adamw, compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import adamw, forward_no_grad, update
 from agentic_rl.model.load import frozen_copy, load_policy, token_logprobs
 from agentic_rl.model.roles import RoleModels, as_role, role_policies
 from agentic_rl.rollout.episode import Episode

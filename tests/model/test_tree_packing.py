@@ -314,7 +314,8 @@ def test_learner_update_shares_each_trees_turns_once() -> None:
     tree 0: 12 + 16 + 20 + 14 + 11 + 7 + 4 + 4 + 6), and the weights end up as without
     sharing; pi_old recomputed with sharing equals it without, in batch order."""
     from agentic_rl.config.load import load_config
-    from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+    from agentic_rl.learner.advantages import compute_advantages
+    from agentic_rl.learner.update import forward_no_grad, update
 
     trajs = _trajectories("GABFCDE")
     tiny = tiny_model(VOCAB, seed=2)

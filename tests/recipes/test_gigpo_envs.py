@@ -14,8 +14,8 @@ import torch
 
 from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate_episodes
-from agentic_rl.learner.update import compute_advantages
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.collect import play
 from agentic_rl.train.setup import build

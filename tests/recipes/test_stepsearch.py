@@ -17,8 +17,8 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.search.multihop import MultiHopQAEnv
 from agentic_rl.formats.chat import TagFormat
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages
 from agentic_rl.logging import read_metrics
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.tools.search import BM25Search

@@ -17,8 +17,8 @@ from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.rollout import RolloutConfig, TreeConfig
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.chat import TagFormat
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate_episodes
-from agentic_rl.learner.update import compute_advantages
 from agentic_rl.rollout.actors import policy_actor
 from agentic_rl.rollout.branch import ReplayDivergedError
 from agentic_rl.rollout.loop import run_episodes

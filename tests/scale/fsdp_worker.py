@@ -25,8 +25,9 @@ from agentic_rl.backends.hf import HFGenerator
 from agentic_rl.checkpoint.sharded import load_sharded_checkpoint, save_sharded_checkpoint
 from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.critic import Critic
 from agentic_rl.model.load import ValueHead, frozen_copy, load_tokenizer, tiny_model
 from agentic_rl.scale.fsdp import DataParallel, ShardedGenerator, init_process_group

@@ -15,8 +15,9 @@ from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.formats.registry import make_chat_format
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import Episodes, collate
-from agentic_rl.learner.update import compute_advantages, forward_no_grad, update
+from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.load import token_logprobs
 from agentic_rl.rollout.actors import policy_actor
 from agentic_rl.rollout.loop import run_episodes

@@ -10,8 +10,9 @@ import torch
 from agentic_rl.backends.base import make_generator
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import collate
-from agentic_rl.learner.update import compute_advantages, update
+from agentic_rl.learner.update import update
 from agentic_rl.train import sft
 from agentic_rl.types import SamplingParams, Trajectory
 

@@ -1,9 +1,9 @@
-"""The learner: trajectories -> padded tensors -> advantages -> one policy update.
+"""The learner's last stage: a `TrainBatch` with its advantages -> one policy update.
 
-Kept apart from the training loop (train/loop.py) so the loop reads as the list of stages it is. Everything here
-works on token-aligned tensors: position t holds token t, its loss mask, its behaviour logprob
-log pi_old(x_t | x_<t) and its advantage. The first stage, trajectories -> `TrainBatch`, lives in
-batch.py; callers import its names from there.
+Kept apart from the training loop (train/loop.py) so the loop reads as the list of stages it
+is. Everything here works on token-aligned tensors: position t holds token t, its loss mask, its
+behaviour logprob log pi_old(x_t | x_<t) and its advantage. The stages before it live beside it:
+trajectories -> `TrainBatch` in batch.py, credit assignment (the advantages) in advantages.py.
 """
 
 from __future__ import annotations
@@ -15,15 +15,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from agentic_rl.algos.losses import POLICY_LOSSES, aggregate_loss, kl_penalty, value_loss
 from agentic_rl.algos.offpolicy import ROLLOUT_CORRECTIONS, rollout_mismatch
-from agentic_rl.config.algo import (
-    AlgoConfig,
-    GigpoConfig,
-    rollout_correction,
-    rollout_correction_low,
-)
+from agentic_rl.config.algo import AlgoConfig, rollout_correction, rollout_correction_low
 from agentic_rl.config.rollout import max_sample_tokens
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import (
@@ -41,55 +35,6 @@ from agentic_rl.model.vision import vision_inputs
 
 if TYPE_CHECKING:
     from agentic_rl.scale.fsdp import DataParallel
-
-
-def compute_advantages(
-    batch: TrainBatch, algo: AlgoConfig, gigpo: GigpoConfig | None = None
-) -> None:
-    """Fill batch.advantages (and batch.returns, the value targets, for estimators with a
-    critic) with the estimator `algo.name` of `algos/estimators.py`; KL-in-reward applied here.
-
-    Group estimators compare EPISODES: each episode's advantage is computed once and copied to
-    all its rows (MemAgent's multi-conversation advantage; in step mode, every step of an
-    episode). In episode mode each row is its own episode, so this is the plain estimator."""
-    estimator = ADVANTAGE_ESTIMATORS.get(algo.name)
-    if estimator is None:
-        raise ValueError(f"unknown advantage estimator {algo.name!r}")
-    mask = batch.loss_mask
-    kl = None
-    if algo.kl_in_reward and batch.ref_logprobs is not None:
-        kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator) * mask
-    gigpo = gigpo or GigpoConfig()
-    inputs = AdvantageInputs(
-        rewards=batch.rewards,
-        mask=mask,
-        group_ids=batch.group_ids,
-        episode_index=batch.episode_index,
-        token_rewards=batch.token_rewards,
-        values=batch.old_values,
-        kl=kl,
-        kl_coef=algo.kl_coef,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        step_returns=batch.step_returns,
-        step_group_ids=batch.step_group_ids,
-        gigpo_omega=gigpo.omega,
-        gigpo_norm=gigpo.norm,
-        task_type_ids=batch.task_type_ids,
-        role_ids=batch.role_ids,
-        tree_ids=batch.tree_ids,
-        agent_ids=batch.agent_ids if algo.role_groups else None,  # per-role groups
-        turn_ids=batch.turn_ids,
-        turn_rewards=batch.turn_rewards,
-        num_turns=batch.num_turns,
-        turn_coef=algo.turn_advantage_coef,
-    )
-    advantages, returns = estimator.fn(inputs)
-    if returns is not None and estimator.value_positions is not None:
-        batch.value_mask = estimator.value_positions(inputs).to(mask.dtype)
-    batch.advantages = advantages
-    if returns is not None:
-        batch.returns = returns
 
 
 @torch.no_grad()

@@ -11,6 +11,7 @@ from torch import nn
 
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.algos.losses import overlong_filter_mask
+from agentic_rl.learner.advantages import compute_advantages
 from agentic_rl.learner.batch import (
     Episodes,
     TrainBatch,
@@ -20,7 +21,6 @@ from agentic_rl.learner.batch import (
     unmask_observations,
 )
 from agentic_rl.learner.update import (
-    compute_advantages,
     forward_no_grad,
     recompute_old_logprobs,
     sampling_temperature,
