@@ -129,7 +129,15 @@ FAMILIES: dict[str, Family] = {
         " one, and the warm start alone varies more between seeds than RL moves it",
     ),
     "perception": Family("vprl", 20, 5, "3 GRPO steps raised valid moves 1.3 -> 2.3 a plan"),
-    "self_improvement": Family("absolute_zero", 20, 5, "not yet calibrated"),
+    "self_improvement": Family(
+        "absolute_zero",
+        20,
+        5,
+        "the recipe as it ships, held out on 120 distinct solve tasks over 30 programs; on the"
+        " earlier held-out set (31 distinct tasks) seed 0 rose 5 points at the recipe's learning"
+        " rate and ended where it started at 4x it, both within that set's noise"
+        " (results/learning/probes/self_improvement_lr.json)",
+    ),
 }
 
 
