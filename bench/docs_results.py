@@ -401,7 +401,8 @@ def families_table(families: list[tuple[str, str, str]], files: dict[str, dict[s
         row = [
             f"`{key}`",
             f"[`{data['recipe']}`](../recipes/{data['recipe']}.md)",
-            f"{len(seeds)} x {data['rl_steps']} steps",
+            f"{len(seeds)} x {data['rl_steps']} steps"
+            + (f" ({len(data['stopped'])} stopped early)" if data.get("stopped") else ""),
             _spread(warm, _pct),
             _spread(after, _pct),
             _spread(gains, _points),

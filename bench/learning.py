@@ -28,6 +28,12 @@ first stage's untrained evaluation and "warm_start" the previous stage's final o
     # seeds side by side (a GPU machine: --set trainer.device=cuda), then one file of all three
     .venv/bin/python bench/learning.py memory --seeds 0 --results /tmp/s0 &   # ... 1, 2
     .venv/bin/python bench/learning.py memory --merge /tmp/s0 /tmp/s1 /tmp/s2
+    # a machine lent for a limited time: stop each seed's run in time, keeping its curve so far
+    .venv/bin/python bench/learning.py memory --seeds 0 --run-limit-s 500 --results /tmp/s0
+
+A run stopped by `--run-limit-s` is kept under "stopped" in KEY.json (its curve and the RL steps
+it logged), never among the seeds or in the RL gain; the family table counts it as stopped early,
+and a later run of that seed replaces it.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import machine, run_one  # noqa: E402  (bench/ is scripts, not a package)
+from recipe_runs import RunStopped, machine, run_one  # noqa: E402  (bench/ is scripts, not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "learning"
@@ -227,6 +233,27 @@ def seed_row(
     }
 
 
+def stopped_row(
+    seed: int, rl_dir: Path, metric: str, limit_s: float, cmd: str, commit: str
+) -> dict[str, Any]:
+    """A seed's run killed at `--run-limit-s`: its held-out curve and the RL steps it logged
+    (from its RL stage's metrics.jsonl, `rl_dir`), kept under "stopped" in KEY.json and never
+    counted in the RL gain; a later run of the seed replaces it."""
+    steps = 0
+    for path in rl_dir.rglob("metrics.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a line cut by the kill
+                steps += "train/reward" in json.loads(line)
+    return {
+        "seed": seed,
+        "stopped_after_s": limit_s,
+        "rl_steps_done": steps,
+        "curve": eval_curve(rl_dir, metric),
+        "command": cmd,
+        "code_commit": commit,
+    }
+
+
 def rl_gain(seeds: list[dict[str, Any]]) -> dict[str, float] | None:
     """after_rl - warm_start per seed (after_rl - before without a warm start): mean, min, max."""
     gains = [
@@ -251,7 +278,12 @@ def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("nothing to merge")
     first = parts[0]
     for part in parts[1:]:
-        differ = [k for k in MERGE_KEYS if part.get(k) != first.get(k)]
+        differ = [  # a file of stopped runs only may not know its held-out count
+            k
+            for k in MERGE_KEYS
+            if part.get(k) != first.get(k)
+            and not (k == "held_out_tasks" and None in (part.get(k), first.get(k)))
+        ]
         if differ:
             raise ValueError(
                 "these results differ in "
@@ -264,10 +296,19 @@ def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"seed {row['seed']} is in two of the files")
             seeds[row["seed"]] = row
     merged = [seeds[s] for s in sorted(seeds)]
+    stopped = {row["seed"]: row for part in parts for row in part.get("stopped", [])}
     machines = [part["machine"] for part in parts if part.get("machine")]
     return {
         **{k: first[k] for k in MERGE_KEYS if k in first},
+        "held_out_tasks": next(
+            (p["held_out_tasks"] for p in parts if p.get("held_out_tasks") is not None), None
+        ),
         "seeds": merged,
+        **(
+            {"stopped": [stopped[s] for s in sorted(stopped) if s not in seeds]}
+            if set(stopped) - set(seeds)
+            else {}
+        ),
         "rl_gain": rl_gain(merged),
         "machine": machines[0]
         if len({json.dumps(m, sort_keys=True) for m in machines}) == 1
@@ -325,6 +366,14 @@ def main() -> None:
         help="keep each seed's run (checkpoints, metrics) in DIR/seed-S, e.g. to evaluate the"
         " trained policy elsewhere (bench/miniwob_suite.py --checkpoint); default: a temporary"
         " directory, removed",
+    )
+    parser.add_argument(
+        "--run-limit-s",
+        type=float,
+        default=0.0,
+        help="stop a seed's run after this many seconds (a lent machine's limit), keeping its"
+        " curve so far under 'stopped' in KEY.json, never in the RL gain; a later run of the"
+        " seed replaces it (0: no limit)",
     )
     parser.add_argument("--plot", action="store_true", help="only redraw KEY.png")
     parser.add_argument(
@@ -387,11 +436,14 @@ def main() -> None:
         ],
     )
     command = shlex.join([".venv/bin/python", "bench/learning.py", *sys.argv[1:]])
+    stopped = {} if args.force or previous is None else previous_stopped(previous)
+    held_out = previous.get("held_out_tasks") if previous and kept else args.eval_tasks or None
     for seed in args.seeds:
         if any(s["seed"] == seed for s in kept):
             print(f"[{args.key}] seed {seed} is in {path.name}: kept (--force reruns)")
             continue
         commit = code_commit()  # before the run: the code it starts with
+        row = None
         with contextlib.ExitStack() as stack:
             if args.keep_runs:  # the run's checkpoints, metrics and summary stay for later use
                 out = Path(args.keep_runs) / f"seed-{seed}"
@@ -400,33 +452,55 @@ def main() -> None:
                 out.mkdir(parents=True, exist_ok=True)
             else:
                 out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="learning-")))
-            run = run_one(run_args, args.recipe, seed, out)
             run_dir = out / args.recipe
-            curve = eval_curve(run_dir / stages[-1] if stages else run_dir, args.metric)
-        summary = flat_summary(run["summary"])
-        row = seed_row(run, summary, curve, args.metric, command, commit)
-        if stages and (not curve or curve[0][0] != 0):  # the RL stage starts from the last one's
-            row["curve"].insert(0, [0, row["warm_start"]])
-        kept.append(row)
-        kept.sort(key=lambda s: s["seed"])
+            rl_dir = run_dir / stages[-1] if stages else run_dir
+            try:
+                run = run_one(run_args, args.recipe, seed, out, args.run_limit_s or None)
+            except RunStopped as stop:
+                print(stop, flush=True)
+                stopped[seed] = stopped_row(
+                    seed, rl_dir, args.metric, args.run_limit_s, command, commit
+                )
+            else:
+                summary = flat_summary(run["summary"])
+                row = seed_row(
+                    run, summary, eval_curve(rl_dir, args.metric), args.metric, command, commit
+                )
+                held_out = summary["eval_tasks"]
+        if row is not None:
+            if stages and (not row["curve"] or row["curve"][0][0] != 0):  # from the last stage
+                row["curve"].insert(0, [0, row["warm_start"]])
+            kept.append(row)
+            kept.sort(key=lambda s: s["seed"])
+            stopped.pop(seed, None)
         result = {
             "key": args.key,
             "recipe": args.recipe,
             "metric": args.metric,
-            "held_out_tasks": summary["eval_tasks"],
+            "held_out_tasks": held_out,
             "rl_steps": args.steps,
             "set": [*calibration, *args.set],
             "seeds": kept,
+            **({"stopped": [stopped[s] for s in sorted(stopped)]} if stopped else {}),
             "rl_gain": rl_gain(kept),
             "machine": machine(),
         }
         path.write_text(json.dumps(result, indent=2) + "\n")
+        if row is None:
+            print(f"[{args.key} seed {seed}] stopped: kept under 'stopped' in {path}", flush=True)
+            continue
         print(
             f"[{args.key} seed {seed}] {row['before']} -> {row['warm_start']} -> "
             f"{row['after_rl']} in {row['rl_steps']} RL steps; wrote {path}",
             flush=True,
         )
         plot(result, path.with_suffix(".png"))
+
+
+def previous_stopped(previous: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The stopped runs of a results file by seed (a seed finished since is not stopped)."""
+    done = {row["seed"] for row in previous["seeds"]}
+    return {row["seed"]: row for row in previous.get("stopped", []) if row["seed"] not in done}
 
 
 if __name__ == "__main__":

@@ -138,7 +138,14 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"peak_rss_mib": peak_kib / 1024}), flush=True)
 
 
-def run_one(args: argparse.Namespace, recipe: str, seed: int, out_dir: Path) -> dict[str, Any]:
+class RunStopped(Exception):
+    """A child run killed at its time limit (`run_one(..., limit_s=...)`); what it logged stays
+    in its out_dir."""
+
+
+def run_one(
+    args: argparse.Namespace, recipe: str, seed: int, out_dir: Path, limit_s: float | None = None
+) -> dict[str, Any]:
     overrides = [  # the budget acts in every stage ('*:'), whatever a stage sets itself
         f"model.name={args.model}",
         f"trainer.seed={seed}",
@@ -153,9 +160,16 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, out_dir: Path) -> 
     cmd += ["--overrides", *overrides]
     print(f"[{recipe} seed {seed}] {shlex.join(cmd[2:])}", flush=True)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - start
     log = out_dir / f"{recipe}-seed{seed}.log"
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired as err:  # the child is killed; its metrics.jsonl is kept
+        parts = [err.stdout or "", err.stderr or ""]  # bytes or str, by Python version
+        log.write_text(
+            "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in parts)
+        )
+        raise RunStopped(f"{recipe} seed {seed} stopped after {limit_s} s") from err
+    wall = time.perf_counter() - start
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import learning  # noqa: E402
 from learning import (  # noqa: E402
     FAMILIES,
     eval_curve,
@@ -67,6 +68,72 @@ def test_seeds_run_side_by_side_merge_into_one_file() -> None:
         merge_results([_part([(0, 0.4, 0.6)]), _part([(1, 0.4, 0.6)], rl_steps=30)])
     with pytest.raises(ValueError, match="nothing"):
         merge_results([])
+
+
+def test_stopped_runs_merge_beside_the_finished_seeds() -> None:
+    stopped = {"seed": 2, "stopped_after_s": 9.0, "rl_steps_done": 3, "curve": [[0, 0.5]]}
+    only_stopped = {**_part([]), "held_out_tasks": None, "stopped": [stopped]}
+    merged = merge_results([only_stopped, _part([(0, 0.4, 0.6), (1, 0.5, 0.5)])])
+    assert [s["seed"] for s in merged["seeds"]] == [0, 1] and merged["stopped"] == [stopped]
+    assert merged["held_out_tasks"] == 100 and merged["rl_gain"]["n"] == 2
+    finished = merge_results([only_stopped, _part([(2, 0.5, 0.7)])])
+    assert "stopped" not in finished  # the seed finished elsewhere: it is not stopped
+
+
+def _metrics(run_dir: Path, records: list[dict]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in records]
+    (run_dir / "metrics.jsonl").write_text("\n".join([*lines, '{"step": 3, "trai']) + "\n")
+
+
+def test_a_run_past_its_limit_is_kept_under_stopped_and_replaced_when_it_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--run-limit-s: a killed seed's curve so far goes under "stopped" (its RL steps counted
+    from its metrics, a line cut by the kill skipped), outside the seeds and the RL gain; a later
+    run of that seed that finishes takes its place."""
+    finish = {0}
+    limits = []
+
+    def fake_run_one(args, recipe, seed, out, limit_s=None):
+        limits.append(limit_s)
+        evals = [{"step": 0, "eval_warm_start/success": 0.5}]
+        train = [{"step": k, "train/reward": 0.1} for k in (1, 2)]
+        _metrics(out / recipe, [*evals, *train, {"step": 2, "eval/success": 0.6}])
+        if seed not in finish:
+            raise learning.RunStopped(f"{recipe} seed {seed} stopped after {limit_s} s")
+        summary = {"before": {"success": 0.0}, "warm_start": {"success": 0.5},
+                   "after": {"success": 0.6}, "eval_tasks": 4}  # fmt: skip
+        return {"seed": seed, "summary": summary, "rl_steps": 2, "wall_seconds": 1.0,
+                "peak_rss_mib": 1.0, "mechanism": {}, "step_metrics": {}}  # fmt: skip
+
+    monkeypatch.setattr(learning, "run_one", fake_run_one)
+    argv = ["learning.py", "search", "--results", str(tmp_path), "--seeds", "0", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--run-limit-s", "7"])
+    learning.main()
+    written = json.loads((tmp_path / "search.json").read_text())
+    assert limits == [7.0, 7.0]
+    assert [s["seed"] for s in written["seeds"]] == [0] and written["rl_gain"]["n"] == 1
+    (stopped,) = written["stopped"]
+    assert stopped["seed"] == 1 and stopped["stopped_after_s"] == 7.0
+    assert stopped["rl_steps_done"] == 2 and stopped["curve"] == [[0, 0.5], [2, 0.6]]
+    finish.add(1)  # run again without a limit: seed 1 finishes, seed 0 is kept
+    monkeypatch.setattr(sys, "argv", argv)
+    learning.main()
+    written = json.loads((tmp_path / "search.json").read_text())
+    assert [s["seed"] for s in written["seeds"]] == [0, 1] and "stopped" not in written
+    assert limits == [7.0, 7.0, None]
+
+
+def test_run_one_stops_a_child_at_its_limit(tmp_path: Path) -> None:
+    import argparse
+
+    from recipe_runs import RunStopped, run_one
+
+    args = argparse.Namespace(model="tiny", minutes=0, eval_tasks=2, threads=1, set=[])
+    with pytest.raises(RunStopped, match="stopped after 0.5 s"):
+        run_one(args, "search_qa_grpo", 0, tmp_path, limit_s=0.5)
+    assert (tmp_path / "search_qa_grpo-seed0.log").is_file()
 
 
 def test_every_family_names_a_shipped_recipe() -> None:

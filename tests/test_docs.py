@@ -199,7 +199,12 @@ def test_families_table_applies_the_bar_by_hand():
             "rl_steps": 30,
             "seeds": seeds((0.5, 0.59), (0.5, 0.6), (0.5, 0.6)),
         },
-        "two": {"recipe": "r4", "rl_steps": 30, "seeds": seeds((0.1, 0.9), (0.1, 0.9))},
+        "two": {
+            "recipe": "r4",
+            "rl_steps": 30,
+            "seeds": seeds((0.1, 0.9), (0.1, 0.9)),
+            "stopped": [{"seed": 2, "curve": [[0, 0.1]]}],  # never counted: its run was cut
+        },
     }
     rows = [(k, files[k]["recipe"], "why") for k in files] + [("later", "r5", "uncalibrated")]
     table = docs_results.families_table(rows, files).splitlines()
@@ -210,6 +215,7 @@ def test_families_table_applies_the_bar_by_hand():
     assert table[3].endswith("| not met |")  # one seed's gain is 0: not every seed positive
     assert table[4].endswith("| not met |")  # mean gain +9.7 points < +10
     assert table[5].endswith("| too few seeds |")
+    assert "| 2 x 30 steps (1 stopped early) |" in table[5]
     assert table[6] == "| `later` | `r5` | 0 | - | - | - | not run yet (uncalibrated) |"
 
 
