@@ -398,6 +398,8 @@ def families_table(families: list[tuple[str, str, str]], files: dict[str, dict[s
             and all(g > 0 for g in gains)
         )
         verdict = "met" if met else ("not met" if len(gains) >= BAR_SEEDS else "too few seeds")
+        if not met:  # what the evidence says and what would help, from the family's "why"
+            verdict += f" ({why})"
         row = [
             f"`{key}`",
             f"[`{data['recipe']}`](../recipes/{data['recipe']}.md)",

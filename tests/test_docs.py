@@ -212,9 +212,9 @@ def test_families_table_applies_the_bar_by_hand():
     assert table[2].endswith(
         "| 47% (40% to 50%) | 60% (50% to 70%) | +13 points (+10 points to +20 points) | met |"
     )
-    assert table[3].endswith("| not met |")  # one seed's gain is 0: not every seed positive
-    assert table[4].endswith("| not met |")  # mean gain +9.7 points < +10
-    assert table[5].endswith("| too few seeds |")
+    assert table[3].endswith("| not met (why) |")  # one seed's gain is 0: not every seed positive
+    assert table[4].endswith("| not met (why) |")  # mean gain +9.7 points < +10
+    assert table[5].endswith("| too few seeds (why) |")
     assert "| 2 x 30 steps (1 stopped early) |" in table[5]
     assert table[6] == "| `later` | `r5` | 0 | - | - | - | not run yet (uncalibrated) |"
 
