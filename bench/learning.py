@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import RunStopped, machine, run_one  # noqa: E402  (bench/ is scripts, not a package)
+from recipe_runs import RunStopped, machine, run_one, step_records  # noqa: E402  (bench/ is scripts, not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "learning"
@@ -242,15 +242,10 @@ def stopped_row(
     """A seed's run killed at `--run-limit-s`: its held-out curve and the RL steps it logged
     (from its RL stage's metrics.jsonl, `rl_dir`), kept under "stopped" in KEY.json and never
     counted in the RL gain; a later run of the seed replaces it."""
-    steps = 0
-    for path in rl_dir.rglob("metrics.jsonl"):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):  # a line cut by the kill
-                steps += "train/reward" in json.loads(line)
     return {
         "seed": seed,
         "stopped_after_s": limit_s,
-        "rl_steps_done": steps,
+        "rl_steps_done": len(step_records(rl_dir)),  # a line cut by the kill is skipped
         "curve": eval_curve(rl_dir, metric),
         "command": cmd,
         "code_commit": commit,

@@ -182,9 +182,9 @@ def eval_solve_tasks(n: int, seed: int = 0) -> list[Task]:
     """`n` distinct held-out solve tasks on the eval programs, taken in turn from the three
     types (a type whose tasks run out leaves its turns to the others): deduction on every
     (program, input) pair, abduction on every (program, output) pair, induction on every
-    program. Without replacement, so a
-    held-out rate counts different tasks (a draw with replacement from a few programs repeats
-    them); more than there are is an error that says how many there are."""
+    program. Without replacement, so a held-out rate counts different tasks (a draw with
+    replacement from a few programs repeats them); more than there are is an error that says
+    how many there are."""
     programs = seed_programs("eval")
     rng = random.Random(f"self_play/eval/{seed}")
     pools: dict[str, list[tuple[CodeTask, int]]] = {}
@@ -192,17 +192,11 @@ def eval_solve_tasks(n: int, seed: int = 0) -> list[Task]:
         if task_type == "induction":
             pool = [(code, 0) for code in programs]
         elif task_type == "abduction":  # two inputs with one output are one task
-            firsts = {
-                (code.program, out): i
-                for code in programs
-                for i, out in reversed(list(enumerate(code.outputs)))
-            }
-            pool = [
-                (code, i)
-                for code in programs
-                for i in range(len(code.inputs))
-                if firsts[code.program, code.outputs[i]] == i
-            ]
+            first: dict[tuple[str, str], tuple[CodeTask, int]] = {}
+            for code in programs:
+                for i, out in enumerate(code.outputs):
+                    first.setdefault((code.program, out), (code, i))
+            pool = list(first.values())
         else:
             pool = [(code, i) for code in programs for i in range(len(code.inputs))]
         rng.shuffle(pool)
