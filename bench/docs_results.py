@@ -39,9 +39,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _points(x: float | None) -> str:
+    """A difference of fractions in percentage points: 0.2 -> +20 points."""
+    return "-" if x is None else f"{100 * x:+.0f} points"
+
+
 FORMATS: dict[str, Callable[[Any], str]] = {
     "pct": _pct,  # a fraction in [0, 1] as a whole percentage: 0.8333 -> 83%
     "pct1": lambda x: f"{100 * x:.1f}%",
+    "points": _points,  # a difference of fractions: 0.2 -> +20 points
     "int": lambda x: f"{round(x):,}",
     "f1": lambda x: f"{x:.1f}",
     "f2": lambda x: f"{x:.2f}",
@@ -327,11 +333,6 @@ def learning_table(data: dict[str, Any], name: str) -> str:
 
 def _maybe_pct(x: float | None) -> str:
     return "-" if x is None else _pct(x)
-
-
-def _points(x: float | None) -> str:
-    """A difference of fractions in percentage points: 0.2 -> +20 points."""
-    return "-" if x is None else f"{100 * x:+.0f} points"
 
 
 def _seed_gain(seed: dict[str, Any]) -> float | None:
