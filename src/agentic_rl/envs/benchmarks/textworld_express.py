@@ -20,9 +20,11 @@ One episode: the first observation is the task description and the opening obser
 agent writes commands (`<action>take coin</action>`), each of which must be one of the
 simulator's valid actions at that point (listed after every observation unless `valid_actions`
 is 0): another command is invalid (format penalty, not sent, like an inadmissible command in
-verl-agent's ALFWorld). Reward: the change of the benchmark's score (0 to 1) a command caused
-(the benchmark's reward); `env/score` the same change, so its mean over episodes is the
-benchmark's average score; success = the simulator's `tasksuccess`. The episode ends when the
+verl-agent's ALFWorld). Reward: the change of the benchmark's score a command caused (the
+benchmark's reward; the score reaches 1 when solved, and Arithmetic, Sorting, Simon Says and
+Pecking Order set it to -1 when the task fails, e.g. a wrong item in the box, so a mean can be
+negative); `env/score` the same change, so its mean over episodes is the benchmark's average
+score; success = the simulator's `tasksuccess`. The episode ends when the
 score reaches 1 or the simulator reports success or failure; `max_steps` (default 100, the
 benchmark's `envStepLimit`) truncates it.
 
@@ -173,7 +175,7 @@ def make_textworld_express_tasks(
 
 
 class TextWorldExpressEnv(JvmTextGame):
-    """TextWorldExpress games, scored 0-1 by the benchmark (see the module doc)."""
+    """TextWorldExpress games, scored by the benchmark: 1 solved, -1 failed in some games (module doc)."""
 
     restrict_to_valid = True
     system_text = SYSTEM_PROMPT
