@@ -49,6 +49,7 @@ def inputs(**kw) -> AdvantageInputs:
         "turn_ids": TURN_IDS,
         "turn_rewards": TURN_REWARDS,
         "num_turns": NUM_TURNS,
+        "attention": torch.ones(6, 3, dtype=torch.long),
     }
     return AdvantageInputs(**{**base, **kw})
 
@@ -174,10 +175,19 @@ def test_flags():
         "reinforce_pp_baseline",
         "gigpo",
         "tree_grpo",
+        "tree_grpo_2norm",
+        "tree_grpo_inner",
+        "tree_grpo_per_token",
         "mt_grpo",
     }
+    assert having("tree_groups") == {
+        "tree_grpo",
+        "tree_grpo_2norm",
+        "tree_grpo_inner",
+        "tree_grpo_per_token",
+    }
     token_level = set(ADVANTAGE_ESTIMATORS) - having("sequence_level")
-    assert token_level == {"ppo", "reinforce_pp", "mt_grpo", "turn_ppo"}
+    assert token_level == {"ppo", "reinforce_pp", "mt_grpo", "turn_ppo", "tree_grpo_per_token"}
     assert having("discounted") == {"ppo", "reinforce_pp", "turn_ppo"}
     # Dr. GRPO's constant normaliser is its own; the others have none (the config's default)
     aggregations = {name: e.loss_agg for name, e in ADVANTAGE_ESTIMATORS.items()}

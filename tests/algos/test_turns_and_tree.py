@@ -8,7 +8,11 @@ import torch
 from agentic_rl.algos.tree import (
     arpo_branch,
     normalised_topk_entropy,
+    response_span,
+    tree_2norm_advantages,
     tree_grpo_advantages,
+    tree_inner_advantages,
+    tree_per_token_advantages,
 )
 from agentic_rl.algos.turns import (
     mt_grpo_token_advantages,
@@ -109,6 +113,81 @@ def test_tree_grpo_is_inter_plus_intra() -> None:
     #   tree 1 is constant -> 0
     expected = torch.tensor([0.5 + 0.70711, -1.5 - 0.70711, 0.5, 0.5])
     assert torch.allclose(adv, expected, atol=1e-4)
+
+
+# One task, three trees: (1, 0 | 1, 0 | 0), the last a tree of one leaf (as ARPO's can be).
+VARIANT_REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
+VARIANT_GROUPS = torch.zeros(5, dtype=torch.long)
+VARIANT_TREES = torch.tensor([0, 0, 1, 1, 2])
+
+
+def test_tree_inner_is_grpo_within_each_tree() -> None:
+    # trees (1, 0): mean 0.5, unbiased std sqrt(0.5) -> +-0.70711; a lone leaf: 0
+    adv = tree_inner_advantages(VARIANT_REWARDS, VARIANT_TREES)
+    assert adv.tolist() == pytest.approx([0.70711, -0.70711, 0.70711, -0.70711, 0.0], abs=1e-4)
+
+
+def test_tree_2norm_normalises_over_the_task_then_over_the_tree() -> None:
+    adv = tree_2norm_advantages(VARIANT_REWARDS, VARIANT_GROUPS, VARIANT_TREES)
+    # first pass over the task: mean 0.4, unbiased std sqrt((2 x 0.36 + 3 x 0.16) / 4) =
+    #   sqrt(0.3) = 0.54772 -> S = (1.09545, -0.73030, 1.09545, -0.73030, -0.73030);
+    # second pass per tree: (1.09545, -0.73030) has mean 0.18257 and std 1.29099 -> +-0.70711;
+    # the lone leaf keeps S (the reference's mean-0, std-1 rule for one sample)
+    expected = [0.70711, -0.70711, 0.70711, -0.70711, -0.73030]
+    assert adv.tolist() == pytest.approx(expected, abs=1e-4)
+    # with the task as one group, S is an affine map of R: the trees of two or more leaves get
+    # tree_inner's values
+    inner = tree_inner_advantages(VARIANT_REWARDS, VARIANT_TREES)
+    torch.testing.assert_close(adv[:4], inner[:4], atol=1e-5, rtol=0)
+    # a tree whose leaves tie gets 0 in the second pass, however it stands in the task
+    tied = tree_2norm_advantages(
+        torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        torch.zeros(4, dtype=torch.long),
+        torch.tensor([0, 0, 1, 1]),
+    )
+    assert tied.tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+# Three rows of T = 6; 1 = trained token, o = observation, p = prompt, . = padding.
+#   row 0 (tree 0, R = 1): p 1 1 o 1 .   -> response = positions 1..4, R on position 4
+#   row 1 (tree 0, R = 0): p p 1 o . .   -> response = 2..3 (a trailing observation)
+#   row 2 (tree 1, R = 1): p 1 1 . . .   -> response = 1..2, R on position 2
+SPAN_MASK = torch.tensor(
+    [[0, 1, 1, 0, 1, 0], [0, 0, 1, 0, 0, 0], [0, 1, 1, 0, 0, 0]], dtype=torch.float32
+)
+SPAN_ATTENTION = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+
+
+def test_response_span_runs_from_the_first_trained_token_to_the_last_real_one() -> None:
+    span = response_span(SPAN_MASK, SPAN_ATTENTION)
+    assert span.int().tolist() == [[0, 1, 1, 1, 1, 0], [0, 0, 1, 1, 0, 0], [0, 1, 1, 0, 0, 0]]
+    # a row without a trained token has no response
+    assert not response_span(torch.zeros(1, 3), torch.ones(1, 3)).any()
+
+
+def test_tree_per_token_pools_the_response_tokens() -> None:
+    response = response_span(SPAN_MASK, SPAN_ATTENTION)
+    adv = tree_per_token_advantages(
+        torch.tensor([1.0, 0.0, 1.0]), response, torch.tensor([0, 0, 0]), torch.tensor([0, 0, 1])
+    )
+    # task pool, 8 tokens (0 0 0 1 | 0 0 | 0 1): mean 0.25, unbiased std sqrt(1.5 / 7) = 0.46291
+    #   -> a 0 token -0.54006, a 1 token 1.62018
+    # tree 0 pool, 6 tokens (0 0 0 1 | 0 0): mean 1/6, std sqrt(1/6) = 0.40825
+    #   -> 0 token -0.40825, 1 token 2.04124
+    # tree 1 pool, 2 tokens (0 1): mean 0.5, std sqrt(0.5) -> -+0.70711
+    zero0, one0 = -0.54006 - 0.40825, 1.62018 + 2.04124
+    zero1, one1 = -0.54006 - 0.70711, 1.62018 + 0.70711
+    expected = [
+        [0, zero0, zero0, zero0, one0, 0],  # the observation at 3 is in the pool too
+        [0, 0, zero0, zero0, 0, 0],
+        [0, zero1, one1, 0, 0, 0],
+    ]
+    assert adv.tolist() == [pytest.approx(row, abs=1e-4) for row in expected]
+    # every leaf of the task failed: every pool is constant -> 0
+    none = tree_per_token_advantages(
+        torch.zeros(3), response, torch.tensor([0, 0, 0]), torch.tensor([0, 0, 1])
+    )
+    assert (none == 0).all()
 
 
 def test_normalised_topk_entropy_by_hand() -> None:

@@ -52,3 +52,52 @@ def test_an_env_that_cannot_branch_is_refused(monkeypatch):
     monkeypatch.setattr(CalculatorEnv, "branchable", False, raising=False)
     with pytest.raises(ConfigError, match="env.name=calculator declares branchable = False"):
         load_config(None, TREE)
+
+
+def test_leaf_subsampling_loads_for_every_tree_estimator():
+    for name in ("tree_grpo", "tree_grpo_2norm", "tree_grpo_inner", "tree_grpo_per_token"):
+        cfg = load_config(None, [*TREE, f"algo.name={name}", "rollout.tree.train_leaves=2"])
+        assert cfg.rollout.tree.train_leaves == 2 and cfg.algo.name == name
+    # one leaf a tree is GRPO over the task's roots leaves
+    cfg = load_config(None, [*TREE, "rollout.tree.train_leaves=1"])
+    assert cfg.rollout.tree.train_leaves == 1
+
+
+ENTROPY = ["rollout.tree.branch=entropy", "rollout.group_size=4", "rollout.max_turns=3"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["rollout.tree.train_leaves=-1"], "rollout.tree.train_leaves must be >= 0"),
+        (["rollout.tree.train_leaves=3"], r"train_leaves=3 must be below .* = 3"),
+        (["rollout.tree.train_leaves=7"], r"train_leaves=7 must be below .* = 3"),
+        (
+            ["rollout.tree.train_leaves=1", "algo.name=tree_grpo_inner"],
+            "train_leaves=1 trains one leaf per tree, and algo.name=tree_grpo_inner",
+        ),
+        (
+            ["rollout.tree.roots=1", "rollout.group_size=3", "rollout.tree.train_leaves=1"],
+            r"algo.name=grpo compares the samples of a group, .* = 1 leaf",
+        ),
+        (
+            [*ENTROPY, "rollout.tree.train_leaves=2"],
+            "rollout.tree.train_leaves acts only with rollout.tree.branch=random",
+        ),
+        (
+            ["algo.name=tree_grpo_per_token", "algo.policy_loss=gspo"],
+            "algo.name=tree_grpo_per_token gives token-level advantages",
+        ),
+    ],
+)
+def test_leaf_subsampling_and_variants_that_cannot_act_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [*TREE, *overrides])
+
+
+def test_subsampling_and_variants_without_trees_are_refused():
+    with pytest.raises(ConfigError, match="rollout.tree.train_leaves is set but does nothing"):
+        load_config(None, ["rollout.tree.train_leaves=2"])
+    for name in ("tree_grpo_2norm", "tree_grpo_inner", "tree_grpo_per_token"):
+        with pytest.raises(ConfigError, match=f"algo.name={name} normalises within each tree"):
+            load_config(None, [f"algo.name={name}"])

@@ -22,8 +22,13 @@ from agentic_rl.learner.batch import collate_episodes
 from agentic_rl.rollout.actors import policy_actor
 from agentic_rl.rollout.branch import ReplayDivergedError
 from agentic_rl.rollout.loop import run_episodes
-from agentic_rl.rollout.tree import decoded_tokens, distinct_trajectories, run_tree_episodes
-from agentic_rl.types import Completion, Observation
+from agentic_rl.rollout.tree import (
+    decoded_tokens,
+    distinct_trajectories,
+    run_tree_episodes,
+    train_leaf_indices,
+)
+from agentic_rl.types import Completion, Observation, Trajectory, TreePosition
 
 MAX_TURNS = 4
 
@@ -295,6 +300,79 @@ def test_a_training_step_on_trees_with_tree_grpo():
     assert metrics["reused_prompt_tokens"] == setup.generator.reused_tokens - before > 0
 
 
+def test_tree_grpo_variant_entries_are_their_functions():
+    from agentic_rl.algos.estimators import AdvantageInputs
+    from agentic_rl.algos.tree import (
+        response_span,
+        tree_2norm_advantages,
+        tree_inner_advantages,
+        tree_per_token_advantages,
+    )
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    groups, trees = torch.tensor([0, 0, 0, 0]), torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[0.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]] * 1)
+    mask = torch.cat([mask, torch.tensor([[0.0, 1.0, 1.0, 1.0]])])
+    attention = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    x = AdvantageInputs(
+        rewards=rewards, mask=mask, group_ids=groups, tree_ids=trees, attention=attention
+    )
+    for name, per_row in {
+        "tree_grpo_2norm": tree_2norm_advantages(rewards, groups, trees),
+        "tree_grpo_inner": tree_inner_advantages(rewards, trees),
+    }.items():
+        adv, returns = ADVANTAGE_ESTIMATORS[name].fn(x)
+        assert returns is None
+        torch.testing.assert_close(adv, per_row[:, None] * mask)
+    adv, returns = ADVANTAGE_ESTIMATORS["tree_grpo_per_token"].fn(x)
+    response = response_span(mask, attention)
+    assert response[0].tolist() == [False, True, True, True]  # the observation at 2 included
+    per_token = tree_per_token_advantages(rewards, response, groups, trees)
+    assert returns is None
+    torch.testing.assert_close(adv, per_token * mask)  # trained tokens only
+    assert adv[0, 2] == 0 and per_token[0, 2] != 0
+    with pytest.raises(ValueError, match="attention mask"):
+        ADVANTAGE_ESTIMATORS["tree_grpo_per_token"].fn(
+            AdvantageInputs(rewards=rewards, mask=mask, group_ids=groups, tree_ids=trees)
+        )
+
+
+def pooled(lengths: list[int], rewards: list[float]) -> tuple[float, float]:
+    """By hand: the values of a 0 token and of a 1 token in a pool of responses of these
+    lengths, each with its reward on its last token (rewards 0 or 1)."""
+    n, ones = sum(lengths), sum(rewards)
+    mean = ones / n
+    std = math.sqrt((ones * (1 - mean) ** 2 + (n - ones) * mean**2) / (n - 1))
+    return -mean / std, (1 - mean) / std
+
+
+def test_tree_grpo_per_token_by_hand_through_the_learner(tokenizer):
+    """collate + compute_advantages hand the batch's attention mask over: every trained token
+    of the played trees (each tree [1, 0, 0]) gets its task pool's value plus its tree pool's,
+    computed by hand from the responses' lengths (first trained token to the end: the leaves
+    end on their answer)."""
+    leaves, _, _ = play_trees(tokenizer)
+    batch = collate_episodes([[x] for x in leaves], tokenizer.pad_token_id)
+    compute_advantages(batch, AlgoConfig(name="tree_grpo_per_token"))
+    assert batch.advantages is not None
+    length = [len(x.loss_mask) - x.loss_mask.index(1) for x in leaves]
+
+    def pool(same: Callable[[Any], bool]) -> tuple[float, float]:
+        members = [i for i, x in enumerate(leaves) if same(x)]
+        return pooled([length[i] for i in members], [leaves[i].reward for i in members])
+
+    for row, leaf in enumerate(leaves):
+        task = pool(lambda x, leaf=leaf: x.group_id == leaf.group_id)
+        tree = pool(lambda x, leaf=leaf: x.tree.tree_id == leaf.tree.tree_id)
+        trained = batch.loss_mask[row] > 0
+        expected = torch.full((int(trained.sum()),), task[0] + tree[0])
+        if leaf.reward == 1.0:  # its last token holds the reward
+            expected[-1] = task[1] + tree[1]
+        # (rel: eps = 1e-6 on stds near 0.1 moves the reward token, ~23, by 2e-4)
+        assert batch.advantages[row][trained].tolist() == pytest.approx(expected.tolist(), rel=1e-4)
+        assert (batch.advantages[row][~trained] == 0).all()
+
+
 def test_tree_grpo_entry_is_inter_plus_intra_on_its_inputs():
     from agentic_rl.algos.estimators import AdvantageInputs
     from agentic_rl.algos.tree import tree_grpo_advantages
@@ -309,3 +387,70 @@ def test_tree_grpo_entry_is_inter_plus_intra_on_its_inputs():
     torch.testing.assert_close(adv, per_row[:, None] * mask)
     # tree 0 = [1, 0] (intra +-0.7071), tree 1 = [1, 1] (intra 0); group mean 0.75, std 0.5
     assert per_row.tolist() == pytest.approx([0.5 + 0.7071, -1.5 - 0.7071, 0.5, 0.5], abs=1e-4)
+
+
+def leaf_episode(tree_id: str | None, leaf: int) -> list[Trajectory]:
+    """One episode of one sample, a leaf of `tree_id` (None: outside any tree)."""
+    position = TreePosition(tree_id=tree_id, leaf=leaf) if tree_id is not None else None
+    sample = Trajectory(token_ids=[1], loss_mask=[1], logprobs=[0.0], prompt_length=0)
+    sample.tree = position
+    return [sample]
+
+
+def test_train_leaf_indices_keeps_k_leaves_of_each_tree():
+    # tree a: episodes 0-2; 3 outside any tree; tree b: 4-6; tree c: 7-8 (a leaf lost)
+    samples = [
+        *[leaf_episode("a", i) for i in range(3)],
+        leaf_episode(None, 0),
+        *[leaf_episode("b", i) for i in range(3)],
+        *[leaf_episode("c", i) for i in range(2)],
+    ]
+    keep = train_leaf_indices(samples, 2, seed=5)
+    assert keep == sorted(keep)
+    assert len({0, 1, 2} & set(keep)) == 2 and len({4, 5, 6} & set(keep)) == 2
+    assert {3, 7, 8} <= set(keep) and len(keep) == 7
+    assert train_leaf_indices(samples, 2, seed=5) == keep  # seeded
+    assert train_leaf_indices(samples, 3, seed=5) == list(range(9))  # K >= every tree's leaves
+
+
+def test_train_leaf_indices_draws_uniformly_without_replacement():
+    """Each of a tree's 3 leaves trains with probability K/3 = 2/3, each pair 1/3 of the
+    time (the reference shuffles and keeps the first K): counted over 3000 seeds."""
+    samples = [leaf_episode("a", i) for i in range(3)]
+    draws = [tuple(train_leaf_indices(samples, 2, seed)) for seed in range(3000)]
+    for i in range(3):
+        assert sum(i in d for d in draws) / 3000 == pytest.approx(2 / 3, abs=0.03)
+    for pair in [(0, 1), (0, 2), (1, 2)]:
+        assert draws.count(pair) / 3000 == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_collect_trains_k_leaves_of_each_tree():
+    """collect plays every leaf (the step's rollout metrics count them) and trains K of each
+    tree: with 2 trees of 3 leaves per task and K = 2, a task's group is 4 leaves."""
+    from agentic_rl.config.load import load_config
+    from agentic_rl.train.collect import collect
+    from agentic_rl.train.setup import build
+
+    cfg = load_config(
+        None,
+        [
+            "model.name=tiny",
+            "env.name=calculator",
+            "env.topk=3",
+            "algo.name=tree_grpo",
+            "rollout.tree.roots=2",
+            "rollout.tree.train_leaves=2",
+            "rollout.group_size=6",
+            "rollout.max_turns=2",
+            "rollout.max_tokens_per_turn=4",
+        ],
+        smoke=True,
+    )
+    kept, generated, _ = collect(build(cfg), step=1)
+    tasks = cfg.rollout.tasks_per_step
+    assert len(generated) == tasks * 6 and len(kept) == tasks * 4
+    trees: dict[str, int] = {}
+    for samples in kept.samples:
+        trees[samples[0].tree.tree_id] = trees.get(samples[0].tree.tree_id, 0) + 1
+    assert sorted(trees.values()) == [2] * (2 * tasks)
+    assert all(len(group) == 4 for group in kept.groups())

@@ -5,7 +5,7 @@ Each entry holds the function the learner calls and the flags that say what the 
 needs and allows. Every ``fn`` has the same signature, ``fn(AdvantageInputs) -> (advantages
 [B, T], returns [B, T] or None)``, and is a short adapter over the documented math in
 :mod:`agentic_rl.algos.advantages` / :mod:`agentic_rl.algos.gigpo` /
-:mod:`agentic_rl.algos.turns` (``returns`` are value
+:mod:`agentic_rl.algos.turns` / :mod:`agentic_rl.algos.tree` (``returns`` are value
 targets, for estimators with a critic). Adding an estimator: its function and hand-computed
 test, an adapter and an entry here; nothing else branches on estimator names.
 
@@ -34,7 +34,13 @@ from agentic_rl.algos.advantages import (
 )
 from agentic_rl.algos.gigpo import gigpo_advantages
 from agentic_rl.algos.roles import role_group_advantages
-from agentic_rl.algos.tree import tree_grpo_advantages
+from agentic_rl.algos.tree import (
+    response_span,
+    tree_2norm_advantages,
+    tree_grpo_advantages,
+    tree_inner_advantages,
+    tree_per_token_advantages,
+)
 from agentic_rl.algos.turns import (
     mt_grpo_token_advantages,
     turn_gae,
@@ -88,8 +94,12 @@ class AdvantageInputs:
     turn_coef: float = 1.0
     """Weight of the turn advantage (mt_grpo: algo.turn_advantage_coef)."""
     tree_ids: Tensor | None = None
-    """[B] long: the leaves of one tree share an id, unique across groups (tree_grpo;
-    rollout.tree); None = every row its own tree (config validation requires trees)."""
+    """[B] long: the leaves of one tree share an id, unique across groups (the tree_grpo
+    estimators; rollout.tree); None = every row its own tree (config validation requires
+    trees)."""
+    attention: Tensor | None = None
+    """[B, T] the rows' attention mask, 1 on real tokens (tree_grpo_per_token: a row's response
+    runs from its first trained token to its last real token)."""
     agent_ids: Tensor | None = None
     """[B] long: the agent role of each row (multi-agent envs), given only with
     algo.role_groups: the per-episode group estimators then compare each role's samples within
@@ -217,12 +227,35 @@ def _trr_pp(x: AdvantageInputs) -> tuple[Tensor, None]:
     return trr_pp_advantages(x.rewards, types, roles, x.mask), None
 
 
+def _trees(x: AdvantageInputs) -> Tensor:
+    """[B] the tree of each row; without trees every row is its own (no intra-tree term)."""
+    if x.tree_ids is not None:
+        return x.tree_ids
+    return torch.arange(x.rewards.shape[0], device=x.rewards.device)
+
+
 def _tree_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
-    n = x.rewards.shape[0]
-    own = torch.arange(n, device=x.rewards.device)  # every row its own tree: no intra term
-    trees = x.tree_ids if x.tree_ids is not None else own
-    adv = tree_grpo_advantages(x.rewards, x.group_ids, trees)
+    adv = tree_grpo_advantages(x.rewards, x.group_ids, _trees(x))
     return outcome_to_token_advantages(adv, x.mask), None
+
+
+def _tree_grpo_2norm(x: AdvantageInputs) -> tuple[Tensor, None]:
+    adv = tree_2norm_advantages(x.rewards, x.group_ids, _trees(x))
+    return outcome_to_token_advantages(adv, x.mask), None
+
+
+def _tree_grpo_inner(x: AdvantageInputs) -> tuple[Tensor, None]:
+    return outcome_to_token_advantages(tree_inner_advantages(x.rewards, _trees(x)), x.mask), None
+
+
+def _tree_grpo_per_token(x: AdvantageInputs) -> tuple[Tensor, None]:
+    """Both Tree-GRPO terms normalised over the pooled response tokens, trained on the loss
+    mask's tokens only (observations count in the pools, as in the reference, but get none)."""
+    if x.attention is None:
+        raise ValueError("tree_grpo_per_token needs the rows' attention mask (TrainBatch)")
+    response = response_span(x.mask, x.attention)
+    adv = tree_per_token_advantages(x.rewards, response, x.group_ids, _trees(x))
+    return adv * (x.mask != 0), None
 
 
 def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
@@ -300,5 +333,16 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
         turn_level=True,
         value_positions=_turn_start_positions,
     ),
+    # Tree-GRPO and the reference code's variants of it (algos/tree.py): A_inter + A_intra,
+    # sequential normalisation, the intra-tree term alone, both terms over tokens.
     "tree_grpo": Estimator(_tree_grpo, sequence_level=True, needs_groups=True, tree_groups=True),
+    "tree_grpo_2norm": Estimator(
+        _tree_grpo_2norm, sequence_level=True, needs_groups=True, tree_groups=True
+    ),
+    "tree_grpo_inner": Estimator(
+        _tree_grpo_inner, sequence_level=True, needs_groups=True, tree_groups=True
+    ),
+    "tree_grpo_per_token": Estimator(
+        _tree_grpo_per_token, sequence_level=False, needs_groups=True, tree_groups=True
+    ),
 }

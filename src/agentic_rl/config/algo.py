@@ -19,8 +19,11 @@ class AlgoConfig:
     says what it needs (groups, a value head, step-wise rollouts, task buckets). E.g. grpo,
     dr_grpo, rloo, ppo (GAE with a value head), gigpo (step-wise; see the `gigpo` section),
     trr_pp (Absolute Zero's REINFORCE++ with one baseline per task type x role), mt_grpo
-    (MT-GRPO: GRPO plus group-normalised turn rewards on the turns before the last) and
-    turn_ppo (a turn-level critic with GAE over turns)."""
+    (MT-GRPO: GRPO plus group-normalised turn rewards on the turns before the last),
+    turn_ppo (a turn-level critic with GAE over turns) and, on tree rollouts (rollout.tree),
+    Tree-GRPO's estimators, named after its reference code's: tree_grpo (A_inter + A_intra),
+    tree_grpo_2norm (normalised over the task, then over the tree), tree_grpo_inner (over the
+    tree only), tree_grpo_per_token (both terms normalised over the pooled response tokens)."""
     policy_loss: str = "ppo"
     """A key of POLICY_LOSSES in algos/losses.py. "ppo": token-level clipped ratio
     (clip_low/clip_high, dual_clip). "gspo": GSPO's sequence-level ratio exp(mean_t log

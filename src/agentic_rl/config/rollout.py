@@ -171,6 +171,14 @@ class TreeConfig:
     iterations: int = 1
     """branch=random, L: expansion rounds; a later round may branch from an earlier round's
     leaves."""
+    train_leaves: int = 0
+    """branch=random, K: leaves of each tree that train, drawn uniformly without replacement
+    once the trees are played (Tree-GRPO's leaf subsampling, the reference's ts_k: its scripts
+    play 1 + 1 x 2 = 3 leaves a tree and train all of them); the others still count in the
+    step's rollout metrics. Each task then trains roots x K leaves, its group for every
+    estimator; a tree left with fewer (leaves lost to infrastructure failures) trains all it
+    has. 0 = every leaf; otherwise 1 <= K < 1 + iterations x expansions, and K >= 2 for the
+    tree_grpo estimators (their intra-tree term compares a tree's leaves)."""
     branch: str = "random"
     """Where trees branch: "random" (Tree-GRPO: `expansions` random nodes per round) or
     "entropy" (ARPO: after a tool result, where the entropy of the next turn's first

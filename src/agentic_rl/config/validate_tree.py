@@ -15,8 +15,10 @@ from agentic_rl.config.rollout import RolloutConfig, TreeConfig
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
-TREE_KEYS = ("roots", "expansions", "iterations")
-RANDOM_KEYS = ("expansions", "iterations")
+TREE_KEYS = ("roots", "expansions", "iterations", "train_leaves")
+SHAPE_KEYS = ("expansions", "iterations")
+"""The shape of Tree-GRPO's trees: >= 1 whenever it plays trees."""
+RANDOM_KEYS = (*SHAPE_KEYS, "train_leaves")
 """Keys that act only with rollout.tree.branch=random (Tree-GRPO)."""
 ENTROPY_KEYS = ("entropy_tokens", "entropy_weight", "branch_threshold", "beam_size")
 """Keys that act only with rollout.tree.branch=entropy (ARPO)."""
@@ -98,12 +100,14 @@ def _validate_random(cfg: Config, explicit: Collection[str]) -> None:
                 f"rollout.tree.{key} acts only with rollout.tree.branch=entropy (ARPO's "
                 "branching); set rollout.tree.branch=entropy or drop it"
             )
-    for key in RANDOM_KEYS:
+    for key in SHAPE_KEYS:
         if getattr(tree, key) < 1:
             raise ConfigError(
                 f"rollout.tree.{key} must be >= 1 with rollout.tree.roots > 0 (set "
                 f"rollout.tree.roots=0 for independent episodes), got {getattr(tree, key)}"
             )
+    if tree.train_leaves:
+        _validate_train_leaves(cfg)
     leaves = tree_leaves(tree)
     if rollout.group_size != leaves:
         raise ConfigError(
@@ -118,6 +122,32 @@ def _validate_random(cfg: Config, explicit: Collection[str]) -> None:
         )
 
 
+def _validate_train_leaves(cfg: Config) -> None:
+    """Tree-GRPO's leaf subsampling (K = rollout.tree.train_leaves > 0): fewer leaves than a
+    tree has, and enough for the estimator's groups and trees."""
+    tree, algo = cfg.rollout.tree, cfg.algo
+    estimator = ADVANTAGE_ESTIMATORS[algo.name]
+    per_tree = 1 + tree.iterations * tree.expansions
+    if tree.train_leaves >= per_tree:
+        raise ConfigError(
+            f"rollout.tree.train_leaves={tree.train_leaves} must be below the leaves of each "
+            f"tree, 1 + iterations x expansions = {per_tree}: K >= {per_tree} would train every "
+            "leaf, which is rollout.tree.train_leaves=0"
+        )
+    if estimator.tree_groups and tree.train_leaves < 2:
+        raise ConfigError(
+            f"rollout.tree.train_leaves=1 trains one leaf per tree, and algo.name={algo.name} "
+            "normalises within each tree: its intra-tree term would have nothing to compare. "
+            "Set rollout.tree.train_leaves >= 2, or algo.name=grpo"
+        )
+    if estimator.needs_groups and tree.roots * tree.train_leaves < 2:
+        raise ConfigError(
+            f"algo.name={algo.name} compares the samples of a group, and a task trains "
+            f"rollout.tree.roots x train_leaves = {tree.roots * tree.train_leaves} leaf: raise "
+            "rollout.tree.roots or rollout.tree.train_leaves"
+        )
+
+
 def _validate_entropy(cfg: Config, explicit: Collection[str]) -> None:
     """ARPO's entropy branching: its rule's ranges, a budget the branches can fill, a generator
     that reports entropies, an actor that asks for them; Tree-GRPO's keys refused."""
@@ -126,7 +156,8 @@ def _validate_entropy(cfg: Config, explicit: Collection[str]) -> None:
         if _is_set(tree, key, explicit):
             raise ConfigError(
                 f"rollout.tree.{key} acts only with rollout.tree.branch=random (Tree-GRPO's "
-                "expansion rounds); ARPO's branches fill rollout.group_size instead: drop it"
+                "expansion rounds and leaf subsampling); ARPO's branches fill "
+                "rollout.group_size instead and every leaf trains: drop it"
             )
     ranges = {
         "entropy_tokens": (tree.entropy_tokens >= 1, ">= 1"),

@@ -48,6 +48,7 @@ def compute_advantages(
         task_type_ids=batch.task_type_ids,
         role_ids=batch.role_ids,
         tree_ids=batch.tree_ids,
+        attention=batch.attention_mask,
         agent_ids=batch.agent_ids if algo.role_groups else None,  # per-role groups
         turn_ids=batch.turn_ids,
         turn_rewards=batch.turn_rewards,

@@ -11,8 +11,10 @@ trees whose nodes are whole agent steps (model turn, action, observation). Here:
    observation where the episode went on (never a node a leaf copied from its parent; a tree
    without any such node branches from its prompt), and each is continued to the end as a new
    leaf, all branches of the batch in one episode loop;
-3. every leaf is a training sample with its `TreePosition`; the group is the task's leaves
-   (rollout.group_size = M x (1 + L x N)), the tree is what `tree_grpo` normalises within.
+3. every leaf is a sample with its `TreePosition`; the group is the task's leaves
+   (rollout.group_size = M x (1 + L x N)), the tree is what the tree_grpo estimators
+   normalise within. With rollout.tree.train_leaves = K, K leaves of each tree are drawn to
+   train (`train_leaf_indices`, called by train/collect.py once the batch is played).
 
 Each round samples with its own seeds (the actor's turn index is turn + round x max_turns), so
 a branch is not its parent's continuation re-drawn.
@@ -144,6 +146,26 @@ def run_tree_episodes(
         for key, new in grown.items():
             trees[key].extend(new)
     return tree_samples(leaf_of, tokenizer)
+
+
+def train_leaf_indices(samples: Sequence[Sequence[Trajectory]], k: int, seed: int) -> list[int]:
+    """The episodes that train under Tree-GRPO's leaf subsampling: `k` leaves of each tree,
+    drawn uniformly without replacement (the reference shuffles a tree's leaves and keeps the
+    first K, `tree_node.py` `sample_leaf`), seeded by the rollout's seed and the tree; a tree
+    with at most `k` leaves keeps them all, an episode outside any tree is kept. Indices into
+    `samples` (one list per episode, a tree leaf's one sample first), in their order."""
+    trees: dict[str, list[int]] = {}
+    keep: list[int] = []
+    for i, episode in enumerate(samples):
+        position = episode[0].tree
+        if position is None:
+            keep.append(i)
+        else:
+            trees.setdefault(position.tree_id, []).append(i)
+    for tree_id, leaves in trees.items():
+        rng = random.Random(f"{seed}:{tree_id}:train")
+        keep += leaves if len(leaves) <= k else rng.sample(leaves, k)
+    return sorted(keep)
 
 
 def decoded_tokens(trajectory: Trajectory) -> int:

@@ -35,7 +35,12 @@ from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.rollout.memory import run_memory_episodes
 from agentic_rl.rollout.roles import add_role_rewards, role_actor
 from agentic_rl.rollout.stepwise import run_stepwise
-from agentic_rl.rollout.tree import decoded_tokens, distinct_trajectories, run_tree_episodes
+from agentic_rl.rollout.tree import (
+    decoded_tokens,
+    distinct_trajectories,
+    run_tree_episodes,
+    train_leaf_indices,
+)
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
 from agentic_rl.train.summary import summarize
@@ -227,6 +232,9 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
         if f.overlong_buffer:  # in place, so `trainable` (the same samples) sees it too
             max_len = max_generated_tokens(cfg.rollout)  # what an episode can reach
             batch_metrics.update(bf.overlong_penalty(episodes, max_len, f.overlong_buffer))
+        if cfg.rollout.tree.train_leaves:  # Tree-GRPO: K leaves of each tree train
+            k = cfg.rollout.tree.train_leaves
+            trainable = trainable.select(train_leaf_indices(trainable.samples, k, seed))
         generated.extend(episodes)
         episodes = trainable
         if f.roc:
