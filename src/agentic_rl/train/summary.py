@@ -9,6 +9,7 @@ import torch
 from agentic_rl.algos.gigpo import step_advantages
 from agentic_rl.algos.turns import turn_group_advantages, turn_slots
 from agentic_rl.config.schema import Config
+from agentic_rl.envs.benchmarks.bfcl_score import summary_metrics as bfcl_summary_metrics
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.rollout.episode import ENV_METRIC_PREFIX
 from agentic_rl.types import Trajectory
@@ -28,6 +29,12 @@ def _env_metric(trajectories: list[Trajectory], key: str) -> float:
     return sum(values) / max(len(values), 1)
 
 
+DERIVED_METRICS = (bfcl_summary_metrics,)
+"""Scores a benchmark defines over its subset metrics (BFCL's overall accuracies from its
+per-category ones), each `(means, episodes per metric) -> metrics`; each returns {} for an
+evaluation without its metrics."""
+
+
 def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episode metrics; pass one trajectory per episode (the first step in step mode)."""
     n = max(len(trajectories), 1)
@@ -35,9 +42,12 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     env_keys = sorted(
         {k for t in trajectories for k in t.metrics if k.startswith(ENV_METRIC_PREFIX)}
     )
+    env_metrics = {k: _env_metric(trajectories, k) for k in env_keys}
+    episodes = {k: float(sum(k in t.metrics for t in trajectories)) for k in env_keys}
     return {
         # the env's own metrics (rollout/episode.py), see `_env_metric`
-        **{k: _env_metric(trajectories, k) for k in env_keys},
+        **env_metrics,
+        **{k: v for derive in DERIVED_METRICS for k, v in derive(env_metrics, episodes).items()},
         "success": mean("success"),
         "reward": sum(t.reward for t in trajectories) / n,
         "tool_calls_per_episode": mean("tool_calls"),

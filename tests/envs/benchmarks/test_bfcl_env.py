@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is installed by make setup (--no-deps)")
 pytest.importorskip("tree_sitter", reason="the bfcl extra: tree-sitter 0.21")
 
+from agentic_rl.config.load import load_config  # noqa: E402
 from agentic_rl.config.parse import ConfigError  # noqa: E402
 from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.benchmarks import bfcl_data  # noqa: E402
@@ -23,10 +24,12 @@ from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
     make_bfcl_multi_turn_tasks,
     make_bfcl_tasks,
     scenario_index,
+    single_turn_expert,
     single_turn_verdict,
     user_text,
 )
 from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv, refusal  # noqa: E402
+from agentic_rl.envs.from_config import make_tasks  # noqa: E402
 from agentic_rl.envs.registry import make_env, task_generator  # noqa: E402
 from agentic_rl.types import Action, Task  # noqa: E402
 
@@ -77,16 +80,75 @@ def test_irrelevance_passes_on_no_call_only():
     assert single_turn_verdict(e, f"[{name}()]") == (False, "irrelevance_error:decoder_success")
 
 
+def test_java_replies_are_decoded_and_checked_as_java():
+    """simple_java_25's `id` is a Java long: BFCL's Java type converter reads `42L` as 42 and a
+    bare `42` as a string (a type error), which Python's decoder could not tell apart."""
+    e = entry("simple_java_25")
+    call = "SmsHomeRecommendSubjectController.updateSort"
+    assert single_turn_verdict(e, f"[{call}(id=42L, sort=5)]") == (True, "")
+    assert single_turn_verdict(e, f"[{call}(id=42, sort=5)]") == (False, "type_error:simple")
+    assert single_turn_verdict(e, f"[{call}(id=43L, sort=5)]") == (False, "value_error:others")
+    assert single_turn_verdict(e, f"[{call}(id=42L)]")[1] == (
+        "simple_function_checker:missing_required"
+    )
+
+
+def test_javascript_replies_are_decoded_and_checked_as_javascript():
+    e = entry("simple_javascript_0")  # validateUserInput(inputField: String, isComplete: Boolean)
+    good = '[validateUserInput(inputField="userInputField", isComplete=true)]'
+    assert single_turn_verdict(e, good) == (True, "")
+    assert single_turn_verdict(e, good.replace("true", "false")) == (False, "value_error:others")
+    assert single_turn_verdict(e, "[validateUserInput(inputField='other', isComplete=true)]")[
+        1
+    ] == ("value_error:string")
+
+
+def test_the_checker_reads_the_docs_without_the_prompts_language_hints():
+    """The prompt's Java docs say every parameter is a string (BFCL's hints); its checker reads
+    the declared Java types, as BFCL's eval runner loads them."""
+    prompted = entry("simple_java_25")["function"][0]["parameters"]["properties"]["id"]
+    checked = bfcl_data.checker_functions("simple_java")["simple_java_25"][0]["parameters"]
+    assert prompted["type"] == "string" and checked["properties"]["id"]["type"] == "long"
+
+
+def test_java_and_javascript_tasks_are_scored_by_bfcls_checker_in_the_env():
+    """A slice of each: the expert's reply (Java / JavaScript syntax) passes, a wrong call
+    fails, and the episode reports the category's accuracy."""
+    for category in ("simple_java", "simple_javascript"):
+        tasks = make_bfcl_tasks("eval", 6, 0, eval_categories=[category])
+        assert [t.fields["category"] for t in tasks] == [category] * 6
+        env = BFCLEnv()
+        for task in tasks:
+            if task.fields.get("has_expert") is False:  # simple_java_1: a non-empty HashMap
+                continue
+            good = play(env, task, [task.answers[0]])[-1]
+            assert good.reward == 1.0 and good.info[f"env/accuracy@{category}"] == 1.0
+            bad = play(env, task, ["[not_a_function(x=1)]"])[-1]
+            assert bad.reward == 0.0 and bad.info[f"env/accuracy@{category}"] == 0.0
+
+
+def test_tasks_the_expert_cannot_pass_are_marked():
+    tasks = make_bfcl_tasks("eval", 0, 0)
+    marked = sorted(t.task_id for t in tasks if t.fields.get("has_expert") is False)
+    assert len(marked) == 9 and "simple_java_1" in marked  # 2 Python, 7 Java (see bfcl.py)
+    assert all(
+        single_turn_verdict(entry(i), single_turn_expert(entry(i)))[0] is False for i in marked
+    )
+
+
 def test_expert_calls_pick_the_first_accepted_value_and_omit_optional_ones():
     truth = [{"f": {"a": ["", 3], "b": ["x", "y"], "c": [""], "d": [{"k": ["v", "w"], "o": [""]}]}}]
     assert expert_calls(truth) == "[f(a=3, b='x', d={'k': 'v'})]"
 
 
 def test_bfcl_env_rewards_bfcls_verdict_per_category():
-    tasks = make_bfcl_tasks("eval", 10, 0)
-    assert [t.fields["category"] for t in tasks[:5]] == list(SINGLE_TURN_EVAL)
+    tasks = make_bfcl_tasks("eval", 14, 0)
+    assert [t.fields["category"] for t in tasks[:7]] == list(SINGLE_TURN_EVAL)
+    assert tuple(bfcl_data.bfcl().utils.NON_LIVE_CATEGORY) == SINGLE_TURN_EVAL  # BFCL's, in order
     env = BFCLEnv()
     for task in tasks:
+        if task.fields.get("has_expert") is False:
+            continue
         good = play(env, task, [task.answers[0]])[-1]
         assert good.reward == 1.0 and good.info[f"env/accuracy@{task.fields['category']}"] == 1.0
         bad = play(env, task, ["[not_a_function(x=1)]"])[-1]
@@ -98,7 +160,9 @@ def test_bfcl_env_rewards_bfcls_verdict_per_category():
 
 
 def test_check_env_passes_on_both_splits():
-    assert check_env(make_env("bfcl"), task_generator("bfcl")("eval", 10, 0)) == []
+    # the first 10 reported entries hold simple_java_1, whose answer no reply can pass
+    skipped = check_env(make_env("bfcl"), task_generator("bfcl")("eval", 10, 0))
+    assert skipped == ["expert succeeds on tasks marked has_expert=false (it has none)"]
     assert check_env(make_env("bfcl"), task_generator("bfcl")("train", 10, 0)) == []
 
 
@@ -108,7 +172,7 @@ def test_check_env_passes_on_both_splits():
 def test_single_turn_train_and_eval_never_overlap():
     train = make_bfcl_tasks("train", 0, 0)
     reported = make_bfcl_tasks("eval", 0, 0)
-    assert len(reported) == 1240  # every entry of the five reported categories
+    assert len(reported) == 1390  # every entry of the seven reported categories
     assert {t.fields["category"] for t in train} == set(SINGLE_TURN_TRAIN)
     assert not {t.task_id for t in train} & {t.task_id for t in reported}
     train_texts = {user_text(entry(t.task_id)) for t in train}
@@ -130,12 +194,24 @@ def test_multi_turn_train_scenarios_are_never_evaluated():
     ("options", "match"),
     [
         ({"eval_categories": ["simple"]}, "simple, not one of these BFCL categories"),
+        ({"eval_categories": ["java"]}, "simple_python, simple_java, simple_javascript"),
         ({"train_categories": ["simple_python"]}, "train_categories has simple_python"),
     ],
 )
-def test_bad_categories_name_the_key(options, match):
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_bad_categories_name_the_key_and_the_valid_ones_on_either_split(options, match, split):
     with pytest.raises(ConfigError, match=match):
-        make_bfcl_tasks("eval" if "eval_categories" in options else "train", 4, 0, **options)
+        make_bfcl_tasks(split, 4, 0, **options)
+    with pytest.raises(ConfigError, match="multi_turn_base, multi_turn_miss_func"):
+        make_bfcl_multi_turn_tasks(split, 4, 0, eval_categories=["multi_turn"])
+
+
+def test_a_bad_category_fails_when_the_run_makes_its_tasks():
+    """From a recipe's config: the run's tasks are made before any model loads
+    (train/setup.py), so a misspelt category stops it there, naming the valid ones."""
+    cfg = load_config("bfcl", ["model.name=tiny", "env.options.eval_categories=[simple_jav]"])
+    with pytest.raises(ConfigError, match="simple_jav, not one of .* simple_java"):
+        make_tasks(cfg, "train")
 
 
 def test_too_many_tasks_say_how_many_there_are():

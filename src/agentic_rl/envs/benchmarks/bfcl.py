@@ -5,9 +5,13 @@ One entry of the Berkeley Function Calling Leaderboard per episode: BFCL's own s
 `[func_name1(params_name1=params_value1, ...), func_name2(params)]`"), the entry's user turn, and
 one model reply, which BFCL's decoder and checker score exactly as its eval runner does for a
 prompting model (`bfcl_data.single_turn_verdict`): 1 when it passes, 0 when it does not. The
-reported categories are BFCL's non-live ones; training uses the live ones (see bfcl_data.py for
-the split and why it cannot overlap). Per-category accuracy is the episode metric
-`env/accuracy@<category>` (averaged over that category's episodes: train/summary.py).
+reported categories are BFCL's non-live ones, simple_java and simple_javascript included (their
+replies are decoded with BFCL's Java / JavaScript decoders and checked with its AST checker in
+that language); training uses the live ones (see bfcl_data.py for the split and why it cannot
+overlap). Per-category accuracy is the episode metric `env/accuracy@<category>` (averaged over
+that category's episodes: train/summary.py), and an evaluation's summary adds BFCL's own
+aggregates of them where all their categories were run (bfcl_score.py: `non_live_simple_ast`,
+`non_live`; BFCL's `overall` needs categories no env here runs).
 
 Read the reply in the `python_calls` chat format (formats/calls.py: the turn's text is the
 action). Under another format an `<answer>` is scored on what is inside it and a turn without
@@ -15,9 +19,12 @@ tags on its text; a tool call in another format's syntax is a format error (an e
 observation and `-format_penalty`), as is any malformed turn.
 
 The scripted expert answers with the possible answer's first accepted value of each parameter
-(an empty call list, `[]`, for irrelevance). It passes BFCL's checker on all but 7 of the 2,900
-entries used (4 live, 3 non-live, whose possible answers accept no reply it can write, e.g. a
-required parameter with no accepted value); those 7 are never demonstrated.
+(an empty call list, `[]`, for irrelevance), in Java or JavaScript syntax for those categories.
+It passes BFCL's checker on all but 14 of the 3,618 entries used (every reported entry and
+every live entry the training split keeps): 5 live, 2 Python non-live and 7 simple_java, whose
+possible answers accept no reply it can write (e.g. a required parameter with no accepted
+value, or a non-empty Java `HashMap`, whose initializer BFCL's Java decoder drops). Those are
+never demonstrated; the Java ones are evaluation entries, never trained on anyway.
 """
 
 from __future__ import annotations
@@ -91,8 +98,8 @@ def opening_messages(test_entry: dict[str, Any], turn: list[Message]) -> list[Me
 
 
 class BFCLEnv:
-    """BFCL single-turn function calling (simple, multiple, parallel, parallel_multiple,
-    irrelevance), rewarded by BFCL's own AST checker."""
+    """BFCL single-turn function calling (simple in Python, Java and JavaScript, multiple,
+    parallel, parallel_multiple, irrelevance), rewarded by BFCL's own AST checker."""
 
     def __init__(self, format_penalty: float = 0.1) -> None:
         self.tools: list[Tool] = []

@@ -2,8 +2,10 @@
 
 Everything is read from the PyPI package `bfcl-eval` (the Berkeley Function Calling
 Leaderboard): its test entries and possible answers (`bfcl_eval/data/`), its prompt builder, its
-decoders (`model_handler/utils.py`), its AST checker and its multi-turn checker with the
-executable API classes. Nothing here re-implements a check.
+decoders (`model_handler/utils.py`: Python, and tree-sitter's Java and JavaScript grammars for
+simple_java / simple_javascript), its AST checker (run with the category's language, as its eval
+runner does) and its multi-turn checker with the executable API classes. Nothing here
+re-implements a check. (BFCL's summary scores over categories: bfcl_score.py.)
 
 The package is installed with `--no-deps` (its declared dependencies pull every vendor SDK and
 another torch; `make setup` does it): the modules used here import on that install plus the
@@ -16,8 +18,9 @@ BFCL's prompting handlers never rename `a.b` to `a_b`), leaving the package's mo
 to the project's cache, not site-packages.
 
 Splits, kept apart by construction (tests/envs/benchmarks/test_bfcl_env.py proves no overlap):
-- single-turn: the reported categories are BFCL's non-live ones (simple_python, multiple,
-  parallel, parallel_multiple, irrelevance); training uses the live ones (user-contributed
+- single-turn: the reported categories are BFCL's non-live ones (simple_python, simple_java,
+  simple_javascript, multiple, parallel, parallel_multiple, irrelevance); training uses the
+  live ones (user-contributed
   questions with their own function docs), minus any entry whose user text equals a reported
   entry's.
 - multi-turn: the four categories share their scenarios (entry k of miss_func, miss_param and
@@ -49,8 +52,20 @@ from agentic_rl.types import Task
 
 Split = Literal["train", "eval"]
 
-SINGLE_TURN_EVAL = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
-"""BFCL's non-live single-turn categories the single-turn env reports on."""
+SINGLE_TURN_EVAL = (
+    "simple_python",
+    "simple_java",
+    "simple_javascript",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+)
+"""BFCL's non-live single-turn categories (its `NON_LIVE_CATEGORY`, in its order), which the
+single-turn env reports on."""
+LANGUAGES = {"simple_java": "java", "simple_javascript": "javascript"}
+"""The categories whose calls are Java or JavaScript, by BFCL's language name (the values of its
+`Language` and `ReturnFormat` enums); every other category is Python."""
 SINGLE_TURN_TRAIN = (
     "live_simple",
     "live_multiple",
@@ -166,6 +181,24 @@ def possible_answers(category: str) -> dict[str, list[Any]]:
     return {a["id"]: a["ground_truth"] for a in bfcl().utils.load_ground_truth_entry(category)}
 
 
+@functools.cache
+def checker_functions(category: str) -> dict[str, list[dict[str, Any]]]:
+    """The category's function docs by entry id as BFCL's eval runner hands them to its AST
+    checker: loaded without the language hints the prompt carries. For Java and JavaScript
+    those hints rewrite every parameter's type to "string" (the prompt asks for each value as
+    source text), while the checker converts each decoded value by its declared Java or
+    JavaScript type, so only the docs as the data holds them give BFCL's verdict."""
+    loaded = bfcl().utils.load_dataset_entry(
+        category, include_prereq=False, include_language_specific_hint=False
+    )
+    return {e["id"]: e["function"] for e in loaded}
+
+
+def language_of(category: str) -> str:
+    """BFCL's language of a category's calls: "java", "javascript" or "python"."""
+    return LANGUAGES.get(category, "python")
+
+
 def entry(entry_id: str) -> dict[str, Any]:
     """One test entry by id (KeyError naming it if BFCL has none)."""
     found = entries(category_of(entry_id)).get(entry_id)
@@ -211,15 +244,99 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-def expert_calls(ground_truth: list[dict[str, dict[str, list[Any]]]]) -> str:
+# A string that Java's grammar reads as one expression whose text is the string itself (an
+# identifier, a dotted name, a number, `-flag` or `--a-b`).
+_JAVA_BARE = re.compile(r"-{0,2}[\w$.]+(-[\w$.]+)*")
+
+
+def _java_value(value: Any, kind: str, item_kind: str | None, element: bool = False) -> str:
+    """Java source for a possible answer's value of the declared Java type `kind` (`item_kind`
+    for a collection's elements), written so that BFCL's Java decoder and type converter read
+    it back as that value. A top-level string is a string literal (the decoder strips its
+    quotes) unless it holds quotes itself, in which case it is Java source (`new
+    InetSocketAddress("1.2.3.4", 80)`) and written as such; a string inside an array is
+    written bare where Java reads it as one expression, since the decoder keeps an element's
+    quotes and BFCL compares the quoted text (except in an `ArrayList<String>`, whose reader
+    strips them); `long` takes an L, `float` an f; `ArrayList` is
+    `new ArrayList<>(Arrays.asList(...))` and an array `new T[]{...}`. BFCL's decoder drops a
+    `new HashMap<>() {{ put(...); }}` initializer, so a non-empty map cannot pass its checker;
+    it is written that way all the same."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        if not element and kind in ("String", "any", "char"):
+            return value if '"' in value else json.dumps(value)
+        bare = _JAVA_BARE.fullmatch(value) or value.startswith("new ")
+        return value if bare else json.dumps(value)
+    if isinstance(value, int | float):
+        return f"{value}L" if kind == "long" else f"{value}f" if kind == "float" else str(value)
+    if isinstance(value, list):
+        # BFCL's `ArrayList<String>` reader strips each element's quotes; its array reader and
+        # its `ArrayList` reader of other types keep them
+        quoted = kind == "ArrayList" and item_kind in ("String", "char")
+        items = ", ".join(
+            _java_value(v, item_kind or "any", None, element=not quoted) for v in value
+        )
+        if kind == "Array":
+            return f"new {item_kind or 'Object'}[]{{{items}}}"
+        return f"new ArrayList<>(Arrays.asList({items}))" if items else "new ArrayList<>()"
+    if isinstance(value, dict):
+        pairs = [
+            (json.dumps(k), json.dumps(v) if isinstance(v, str) else _java_value(v, "", None))
+            for k, v in value.items()
+        ]
+        puts = " ".join(f"put({k}, {v});" for k, v in pairs)
+        return f"new HashMap<>() {{{{ {puts} }}}}"
+    return repr(value)
+
+
+def _javascript_value(value: Any, kind: str) -> str:
+    """JavaScript source for a possible answer's value of the declared type `kind`, written as
+    BFCL's JavaScript type converter reads it back: strings quoted, booleans `true`/`false`,
+    a `Bigint` with an n, arrays `[...]` and dicts `{key: value}`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if kind in ("array", "dict") and value else json.dumps(value)
+    if isinstance(value, int | float):
+        return f"{value}n" if kind == "Bigint" else str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_javascript_value(v, "any") for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = ", ".join(f"{k}: {_javascript_value(v, 'any')}" for k, v in value.items())
+        return "{" + pairs + "}"
+    return repr(value)
+
+
+def _source_value(value: Any, spec: dict[str, Any], language: str) -> str:
+    """A parameter value as the reply writes it in `language` (`spec`: the parameter's doc)."""
+    if language == "java":
+        return _java_value(value, spec.get("type", "any"), spec.get("items", {}).get("type"))
+    if language == "javascript":
+        return _javascript_value(value, spec.get("type", "any"))
+    return repr(value)
+
+
+def expert_calls(
+    ground_truth: list[dict[str, dict[str, list[Any]]]],
+    functions: Sequence[dict[str, Any]] = (),
+    language: str = "python",
+) -> str:
     """A reply in BFCL's prompting format that the possible answer accepts: each function with
     the first acceptable value of each parameter, e.g. `[area(base=10, height=5)]`.
-    `ground_truth` is BFCL's `[{func: {param: [choices]}}]`."""
+    `ground_truth` is BFCL's `[{func: {param: [choices]}}]`; for Java and JavaScript each value
+    is written in that language's syntax for the parameter's type in `functions` (the docs as
+    BFCL's checker reads them: `checker_functions`)."""
+    specs = {f["name"]: f["parameters"]["properties"] for f in functions}
     calls = []
     for call in ground_truth:
         for name, params in call.items():
             args = {k: _first_choice(v) for k, v in params.items()}
-            text = ", ".join(f"{k}={_resolve(v)!r}" for k, v in args.items() if v is not _OMIT)
+            text = ", ".join(
+                f"{k}={_source_value(_resolve(v), specs.get(name, {}).get(k, {}), language)}"
+                for k, v in args.items()
+                if v is not _OMIT
+            )
             calls.append(f"{name}({text})")
     return "[" + ", ".join(calls) + "]"
 
@@ -231,9 +348,11 @@ def single_turn_verdict(test_entry: dict[str, Any], reply: str) -> tuple[bool, s
     shape, then run BFCL's `ast_checker` against the possible answer."""
     lib = bfcl()
     category = category_of(test_entry["id"])
-    python = lib.enums.ReturnFormat.PYTHON
+    language = language_of(category)
     try:
-        decoded = lib.handler.default_decode_ast_prompting(reply, python, False)
+        decoded = lib.handler.default_decode_ast_prompting(
+            reply, lib.enums.ReturnFormat(language), False
+        )
     except Exception:  # BFCL counts any decoding failure as "no call"
         decoded = None
     if "irrelevance" in category:
@@ -244,9 +363,15 @@ def single_turn_verdict(test_entry: dict[str, Any], reply: str) -> tuple[bool, s
     if not lib.utils.is_function_calling_format_output(decoded):
         return False, "ast_decoder:decoder_wrong_output_format"
     answer = possible_answers(category)[test_entry["id"]]
-    result = lib.ast_checker(
-        test_entry["function"], decoded, answer, lib.enums.Language.PYTHON, category, MODEL_NAME
-    )
+    functions = checker_functions(category)[test_entry["id"]]
+    try:
+        result = lib.ast_checker(
+            functions, decoded, answer, lib.enums.Language(language), category, MODEL_NAME
+        )
+    except Exception as err:  # noqa: BLE001 - a reply must not crash the rollout
+        # BFCL's Java converter raises on a few declared types it does not implement (Set,
+        # Hashtable, Queue); its runner would stop there. A reply it cannot check fails.
+        return False, f"ast_checker:{type(err).__name__}"
     return bool(result["valid"]), "" if result["valid"] else str(result.get("error_type", ""))
 
 
@@ -255,7 +380,9 @@ def single_turn_expert(test_entry: dict[str, Any]) -> str:
     category = category_of(test_entry["id"])
     if "irrelevance" in category:
         return NO_CALL
-    return expert_calls(possible_answers(category)[test_entry["id"]])
+    functions = checker_functions(category)[test_entry["id"]]
+    answer = possible_answers(category)[test_entry["id"]]
+    return expert_calls(answer, functions, language_of(category))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,10 +486,21 @@ def single_turn_train_ids(category: str, max_prompt_chars: int = 0) -> list[str]
     ]
 
 
-def _task(entry_id: str, answers: list[str]) -> Task:
+def _task(entry_id: str, answers: list[str], fields: dict[str, Any] | None = None) -> Task:
     test_entry = entry(entry_id)
     prompt = "\n".join(m["content"] for m in test_entry["question"][0] if m["role"] == "user")
-    return Task(entry_id, prompt, answers, {"category": category_of(entry_id)})
+    return Task(entry_id, prompt, answers, {"category": category_of(entry_id), **(fields or {})})
+
+
+def _eval_task(entry_id: str) -> Task:
+    """A reported single-turn task; marked `has_expert=False` (envs/base.py) when BFCL's checker
+    rejects the expert's reply, so `check_env` does not demand it (9 of 1,390 entries: their
+    possible answers accept no reply the expert can write). Training tasks are not marked: the
+    warm start keeps only the demonstrations that pass, and it samples from the same list as
+    before."""
+    reply = single_turn_expert(entry(entry_id))
+    passes = single_turn_verdict(entry(entry_id), reply)[0]
+    return _task(entry_id, [reply], {} if passes else {"has_expert": False})
 
 
 def make_bfcl_tasks(
@@ -379,18 +517,24 @@ def make_bfcl_tasks(
     `train_categories` (with `max_train_prompt_chars` > 0, only those whose function docs and
     question are at most that many characters: long prompts are slow on a CPU), shuffled by
     `seed` within each category, then taken in turn. Evaluation entries are never filtered.
-    Each task's answer is the expert's reply (an accepted call list)."""
+    Each task's answer is the expert's reply (an accepted call list). Both category lists are
+    checked whichever split is made, so a misspelt one fails as the run's tasks are made, before
+    any model loads, naming the valid categories."""
+    eval_cats = _check_categories("eval_categories", eval_categories, SINGLE_TURN_EVAL)
+    train_cats = _check_categories("train_categories", train_categories, SINGLE_TURN_TRAIN)
     if split == "eval":
-        cats = _check_categories("eval_categories", eval_categories, SINGLE_TURN_EVAL)
+        cats = eval_cats
         groups = [list(entries(c)) for c in cats]
     else:
-        cats = _check_categories("train_categories", train_categories, SINGLE_TURN_TRAIN)
+        cats = train_cats
         groups = []
         for i, c in enumerate(cats):
             ids = single_turn_train_ids(c, max_train_prompt_chars)
             random.Random(seed * 1000 + i).shuffle(ids)
             groups.append(ids)
     chosen = _take(_round_robin(groups), n, f"the BFCL {split} categories {', '.join(cats)}")
+    if split == "eval":
+        return [_eval_task(i) for i in chosen]
     return [_task(i, [single_turn_expert(entry(i))]) for i in chosen]
 
 
@@ -419,8 +563,8 @@ def make_bfcl_multi_turn_tasks(
     training data and evaluates every entry (for a model trained elsewhere)."""
     if train_fold_every < 0:
         raise ConfigError(f"env.options.train_fold_every must be >= 0, got {train_fold_every}")
+    cats = _check_categories("eval_categories", eval_categories, MULTI_TURN)  # either split
     if split == "eval":
-        cats = _check_categories("eval_categories", eval_categories, MULTI_TURN)
         groups = [[i for i in entries(c) if not in_train_fold(i, train_fold_every)] for c in cats]
         ids = _round_robin(groups)
     else:

@@ -17,7 +17,8 @@ ground truth and checks, turn by turn, the instances' state and that the ground 
 are among the model's: reward 1 when the entry passes, else 0 (BFCL's verdict is per entry).
 Every step before the verdict reports the category's accuracy as 0 (`bfcl.not_yet_passed`), so
 an episode that a turn or token budget cuts counts as failed in its category, as BFCL counts a
-force-quit entry.
+force-quit entry. An evaluation of all four categories also reports BFCL's multi-turn score,
+`env/accuracy@multi_turn`, the plain mean of the four (bfcl_score.py).
 
 What runs: BFCL's executor `eval`s the call strings it is given. Only calls that name a public
 method of the entry's API classes with literal arguments (checked with `ast`) reach it; any
