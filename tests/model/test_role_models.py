@@ -246,7 +246,6 @@ def test_checkpoints_restore_every_roles_model_and_their_optimizer_state(tmp_pat
         (["learner.strategy=fsdp2"], "learner.strategy: the sharded learner"),
         (["dpo.failure_tasks=4"], "dpo.failure_tasks"),
         (["rollout.max_staleness=1"], "rollout.max_staleness"),
-        (["trainer.export_model=true"], "every role's model"),
         (["distill.teacher=some/run"], "distill.teacher"),
     ],
 )

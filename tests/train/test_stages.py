@@ -52,6 +52,11 @@ def test_smoke_applies_after_the_stage(tmp_path):
         ("- {name: a}\n  - {name: a}", "distinct"),
         ("- {name: 'a/b'}", "letters, digits"),
         ("- {name: a, algo: {name: nope}}", "algo.name"),
+        (  # a team is a model per role: the next stage loads one model
+            "- {name: a, env: {name: solver_verifier}, rollout: {mode: memory}, "
+            "model: {role_policies: models}}\n  - {name: b}",
+            "stage 'a' has model.role_policies=models",
+        ),
     ],
 )
 def test_bad_stages_fail_at_load(tmp_path, stages, match):

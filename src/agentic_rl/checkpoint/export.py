@@ -10,6 +10,12 @@ what a user needs to prompt the model as it was trained (`write_usage`): generat
 (the action tags as stop strings, the sampling settings), chat_example.json (the opening
 messages of a held-out task) and README.md, a short model card (recipe, system prompt, chat
 format, stop tags, a transformers snippet).
+
+A run with a policy per role (model.role_policies adapters or models) is a team, not one model:
+DIR gets a model directory per role, DIR/roles/<role>/ (a role's adapter merged into the base
+weights, or its own model), and DIR/roles.json naming the roles, their directories and which of
+them were trained (`save_policy`); a frozen role's directory holds what it played with, the
+base model, so the whole team can be reassembled from DIR.
 """
 
 from __future__ import annotations
@@ -64,18 +70,30 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
     from agentic_rl.checkpoint.io import load_checkpoint
     from agentic_rl.checkpoint.layout import is_sharded
     from agentic_rl.checkpoint.sharded import load_full_policy
+    from agentic_rl.config.validate_roles import env_roles
     from agentic_rl.model.load import load_policy
+    from agentic_rl.model.roles import with_role_policies
 
     path = resolve_checkpoint(checkpoint)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} exists and is not empty: choose a new directory")
-    policy, tokenizer = load_policy(run_model_config(path, model_name))
+    model_cfg, cfg = run_model_config(path, model_name), run_config(path)
+    # the run's seed: the tiny test model's random weights (a LoRA run's base) are drawn from it
+    policy, tokenizer = load_policy(model_cfg, seed=cfg.trainer.seed if cfg is not None else 0)
+    if model_cfg.role_policies != "shared":  # the team as the run built it, then its weights
+        if cfg is None:
+            raise ConfigError(
+                f"{path.parent.parent / 'config.json'} (the run's settings) is missing or "
+                "unreadable: a run with a policy per role needs it to know its env's roles"
+            )
+        roles = env_roles(cfg.env.name, cfg.env.options)
+        policy = with_role_policies(policy, model_cfg, roles, cfg.rollout.train_roles)
     if is_sharded(path):
         load_full_policy(path, policy)
     else:
         load_checkpoint(path, policy, restore_rng=False)
-    return save_hf_model(policy, tokenizer, out, run_config(path), source=str(path))
+    return save_policy(policy, tokenizer, out, cfg, source=str(path))
 
 
 def run_config(checkpoint: Path) -> Config | None:
@@ -111,7 +129,45 @@ def add_export_command(sub: Any) -> None:
 def save_model(model: nn.Module, tokenizer: Any, out: Path, cfg: Config | None = None) -> Path:
     """Save a Hugging Face model directory that `model.name=OUT/model` loads (with the usage
     files of `write_usage` when the run's `cfg` is given)."""
-    return save_hf_model(model, tokenizer, out / "model", cfg, source=str(out))
+    return save_policy(model, tokenizer, out / "model", cfg, source=str(out))
+
+
+ROLES_DIR = "roles"  # TARGET/roles/<role>/: a role's model directory
+ROLES_MANIFEST = "roles.json"
+
+
+def save_policy(
+    policy: nn.Module,
+    tokenizer: Any,
+    target: Path,
+    cfg: Config | None = None,
+    source: str = "",
+) -> Path:
+    """Write `policy` to `target` as what it is: one Hugging Face model directory
+    (`save_hf_model`), or, with a policy per role, a model directory per role in
+    TARGET/roles/<role>/ and the manifest TARGET/roles.json (module docstring). Each role is
+    saved through `as_role`, the seam the run computed that role's tokens through, so the
+    directory holds exactly the policy the role played with."""
+    from agentic_rl.model.roles import RoleModels, as_role, role_policies, role_trains
+
+    roles = role_policies(policy)
+    if not roles:
+        return save_hf_model(policy, tokenizer, target, cfg, source)
+    entries = []
+    for role in roles:
+        with as_role(policy, role) as module:
+            save_hf_model(module, tokenizer, target / ROLES_DIR / role, cfg, source, role)
+        trained = role_trains(policy, role)
+        entries.append({"role": role, "path": f"{ROLES_DIR}/{role}", "trained": trained})
+    manifest = {
+        "role_policies": "models" if isinstance(policy, RoleModels) else "adapters",
+        "base_model": cfg.model.name if cfg is not None else None,
+        "roles": entries,
+        "note": "each path is a Hugging Face model directory (model.name=PATH loads it); a "
+        "role with trained=false was not trained in this run and holds the base model",
+    }
+    (target / ROLES_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return target
 
 
 def save_hf_model(
@@ -120,19 +176,21 @@ def save_hf_model(
     target: Path,
     cfg: Config | None = None,
     source: str = "",
+    role: str | None = None,
 ) -> Path:
     """Write `target` as a plain Hugging Face model directory (config.json, safetensors
     weights, tokenizer) that `model.name=TARGET` loads; with the run's `cfg`, also how to
-    prompt it (`write_usage`)."""
+    prompt it (`write_usage`; `role`: the team role this model plays)."""
     from agentic_rl.model.lora import merged_copy
     from agentic_rl.model.vision import copy_processor_files
 
-    merged = merged_copy(model)  # a LoRA policy: adapter folded into the weights
+    merged = merged_copy(model)  # a LoRA policy: the active adapter folded into the weights
     merged.save_pretrained(target)
     tokenizer.save_pretrained(target)
     copy_processor_files(model, target)  # a vision-language policy: how it reads pictures
     if cfg is not None:
-        write_usage(target, cfg, tokenizer, getattr(merged, "generation_config", None), source)
+        generation = getattr(merged, "generation_config", None)
+        write_usage(target, cfg, tokenizer, generation, source, role)
     return target
 
 
@@ -140,11 +198,19 @@ CHAT_EXAMPLE = "chat_example.json"
 
 
 def write_usage(
-    target: Path, cfg: Config, tokenizer: Any, generation: Any = None, source: str = ""
+    target: Path,
+    cfg: Config,
+    tokenizer: Any,
+    generation: Any = None,
+    source: str = "",
+    role: str | None = None,
 ) -> None:
     """generation_config.json, chat_example.json and README.md (module docstring) in `target`:
     the prompt, stop tags and sampling the model was trained with, since a policy trained on
-    tags stops at them and expects the env's observations after them."""
+    tags stops at them and expects the env's observations after them. A team role's model
+    (`role`) gets the opening messages only if its role opens the episode: the others'
+    conversations are written by the env from what other roles said, which `reset` does not
+    show."""
     from transformers import GenerationConfig
 
     from agentic_rl.envs.from_config import make_envs, make_tasks
@@ -156,7 +222,8 @@ def write_usage(
     try:  # the env (and its tools) as in training: a held-out task's opening messages
         env = make_envs(small, 1)[0]
         fmt = make_chat_format(cfg.rollout.chat_format, env.tools, tokenizer)
-        messages = env.reset(make_tasks(small, "eval")[0], seed=0).messages
+        first = env.reset(make_tasks(small, "eval")[0], seed=0)
+        messages = first.messages if role in (None, first.role) else []
         tool = env.tools[0].name if env.tools else ""
         observation = fmt.render_observation(Observation(content="RESULT", name=tool))
     except Exception as err:  # noqa: BLE001 (user envs, missing data: the card says so)
@@ -176,7 +243,7 @@ def write_usage(
     if messages:
         (target / CHAT_EXAMPLE).write_text(json.dumps(messages, indent=2) + "\n")
     (target / "README.md").write_text(
-        model_card(cfg, messages, stop, observation, problem, source), encoding="utf-8"
+        model_card(cfg, messages, stop, observation, problem, source, role), encoding="utf-8"
     )
 
 
@@ -187,8 +254,10 @@ def model_card(
     observation: str,
     problem: str = "",
     source: str = "",
+    role: str | None = None,
 ) -> str:
-    """README.md of an exported model: what it was trained for and how to prompt it."""
+    """README.md of an exported model: what it was trained for and how to prompt it (and, for
+    a team role's model, which role it plays)."""
     system = next((m["content"] for m in messages if m["role"] == "system"), "")
     user = next((m["content"] for m in messages if m["role"] == "user"), "")
     fence = "```"
@@ -200,6 +269,14 @@ def model_card(
         f"- recipe: `{cfg.recipe}` (`agentic-rl train {cfg.recipe}`), env `{cfg.env.name}`, "
         f"algorithm `{cfg.algo.name}` (trainer.steps={cfg.trainer.steps}) from `{cfg.model.name}`",
         *([f"- exported from: `{source}`"] if source else []),
+        *(
+            [
+                f"- role: `{role}`, one policy of a team (model.role_policies="
+                f"{cfg.model.role_policies}); ../../{ROLES_MANIFEST} lists every role's model"
+            ]
+            if role
+            else []
+        ),
         f"- chat format: `{cfg.rollout.chat_format}`, rendered with the tokenizer's chat "
         "template (`apply_chat_template(messages, add_generation_prompt=True)`)",
         f"- stop tags: {', '.join(f'`{t}`' for t in stop) or 'none'} (generation_config.json "
@@ -215,6 +292,12 @@ def model_card(
     ]
     if problem:
         lines += [f"(The env could not be built while exporting, {problem}; see the recipe.)", ""]
+    if role and not messages and not problem:
+        lines += [
+            f"The env opens `{role}`'s conversations from what the other roles said (env "
+            f"`{cfg.env.name}`); prompt it with such a conversation.",
+            "",
+        ]
     if system:
         lines += ["System prompt:", "", f"{fence}text", system, fence, ""]
     if user:

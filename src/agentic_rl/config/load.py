@@ -87,6 +87,14 @@ def load_config(
         _drop_generated_task_options(stage, set_by_user)
     cfg = _build(data, smoke)
     cfg.stages = [_build(stage, smoke).to_dict() for stage in resolved]
+    for stage, raw in zip(cfg.stages[:-1], stages, strict=False):
+        choice = stage["model"]["role_policies"]
+        if choice != "shared":  # it exports a team (checkpoint/export.py save_policy)
+            raise ConfigError(
+                f"stage '{raw['name']}' has model.role_policies={choice}: a stage hands the "
+                "next one a single model (model.name), a policy per role exports a model per "
+                "role; use a policy per role in the last stage only"
+            )
     return cfg
 
 

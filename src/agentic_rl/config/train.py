@@ -132,7 +132,9 @@ class TrainerConfig:
     """Show a progress bar (on a terminal) or one line per step."""
     export_model: bool = False
     """At the end, also write the policy as a Hugging Face model dir (RUN_DIR/model),
-    loadable with model.name=DIR; multi-stage recipes set it to chain their stages."""
+    loadable with model.name=DIR; multi-stage recipes set it to chain their stages. With a
+    policy per role (model.role_policies), a model dir per role, RUN_DIR/model/roles/<role>,
+    and RUN_DIR/model/roles.json naming them."""
     log_trajectories: int = 64
     """Episodes per step (and per evaluation) written token by token to
     RUN_DIR/trajectories.jsonl.gz for `agentic-rl report`: whole groups picked at random (seeded),

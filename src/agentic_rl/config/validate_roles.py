@@ -157,12 +157,6 @@ def _validate_role_policies(cfg: Config) -> None:
             "the sharded learner wraps one model, not one per role: use learner.strategy=single",
         ),
         (
-            cfg.trainer.export_model,
-            "trainer.export_model",
-            "one model directory cannot hold several roles' policies (the checkpoint holds "
-            + ("each role's adapter in adapter/<role>/)" if adapters else "every role's model)"),
-        ),
-        (
             cfg.dpo.failure_tasks > 0,
             "dpo.failure_tasks",
             "failure DPO scores without a role's policy",

@@ -31,7 +31,8 @@ from typing import NoReturn
 
 from torch import nn
 
-from agentic_rl.model.lora import role_adapters, use_adapter
+from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.lora import adapter_parameters, add_role_adapters, role_adapters, use_adapter
 
 
 class RoleModels(nn.Module):
@@ -77,6 +78,30 @@ class RoleModels(nn.Module):
             "RoleModels holds a model per role (model.role_policies=models): compute with "
             "`as_role(policy, role)`, which yields the role's own model"
         )
+
+
+def with_role_policies(
+    policy: nn.Module, cfg: ModelConfig, roles: Sequence[str], trained: Sequence[str] = ()
+) -> nn.Module:
+    """`policy` (as `load_policy` made it) given a policy per role as `cfg.role_policies` says:
+    an adapter per role added in place, or a `RoleModels` of copies; unchanged for "shared".
+    One function for the run's setup and for exporting a run's checkpoint, so the exported
+    team is built exactly as the run trained it. `trained` as in `RoleModels.copies`."""
+    if cfg.role_policies == "adapters":
+        add_role_adapters(policy, roles, cfg, trained)
+    elif cfg.role_policies == "models":
+        return RoleModels.copies(policy, roles, trained)
+    return policy
+
+
+def role_trains(model: nn.Module, role: str) -> bool:
+    """Whether `role`'s own policy in `model` learns: its adapter's or its model's parameters
+    require gradients (a role rollout.train_roles leaves out has none that do)."""
+    if isinstance(model, RoleModels):
+        params = list(model.models[role].parameters())
+    else:
+        params = adapter_parameters(model, role)
+    return any(p.requires_grad for p in params)
 
 
 def role_policies(model: nn.Module) -> tuple[str, ...]:
