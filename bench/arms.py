@@ -167,14 +167,49 @@ def run_arms(
     return results
 
 
+def mean_of(values: Sequence[float]) -> float | None:
+    """The mean, None for no values (a metric no step logged)."""
+    return statistics.fmean(values) if values else None
+
+
+def held_out(run: dict[str, Any]) -> tuple[float | None, float | None]:
+    """A run's held-out success where RL starts (the last evaluation before RL: after the warm
+    start, or the untrained one without a warm start) and at its last RL evaluation; None where
+    the run logged none."""
+    before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
+    after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
+    return (before[-1] if before else None), (after[-1] if after else None)
+
+
+def gain_summary(run: dict[str, Any]) -> dict[str, float | None]:
+    """What RL added in one run: held-out success before RL and after it (`held_out`), the
+    gain, that gain per million decoded tokens (what the arm spent to get it) and the mean
+    decoded tokens a step."""
+    before, after = held_out(run)
+    gain = after - before if before is not None and after is not None else None
+    decoded = [row["decoded_tokens"] for row in run["train"] if "decoded_tokens" in row]
+    millions = sum(decoded) / 1e6
+    return {
+        "before": before,
+        "success": after,
+        "gain": gain,
+        "gain_per_m_tokens": gain / millions if gain is not None and millions else None,
+        "decoded_per_step": mean_of(decoded),
+    }
+
+
 def arm_summary(rows: list[dict[str, float | None]]) -> dict[str, float | int | None]:
     """The mean of each key over an arm's per-seed summaries (seeds without it left out; None
-    where no seed has it), and "seeds": how many runs."""
+    where no seed has it), "seeds": how many runs, and for "gain" also "gain_min" and
+    "gain_max": a claim over seeds is the mean and the spread."""
     keys = list(dict.fromkeys(key for row in rows for key in row))
     out: dict[str, float | int | None] = {"seeds": len(rows)}
     for key in keys:
         values = [row[key] for row in rows if row.get(key) is not None]
-        out[key] = statistics.fmean(values) if values else None
+        out[key] = mean_of(values)
+        if key == "gain":
+            out["gain_min"] = min(values) if values else None
+            out["gain_max"] = max(values) if values else None
     return out
 
 

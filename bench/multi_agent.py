@@ -30,13 +30,12 @@ evaluations, the command) after every run, so a killed comparison resumes where 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms import arm_parser, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
+from arms import arm_parser, gain_summary, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multi_agent.json"
 BUDGET = ["rollout.tasks_per_step=2", "rollout.group_size=8", "rollout.max_tokens_per_turn=48"]
@@ -66,22 +65,6 @@ SMOKE = [  # the tiny model, two tasks a split: the whole bench in seconds (test
 TRAIN_KEYS = ("reward", "success", "decoded_tokens", "zero_variance_groups", "step_seconds")
 
 
-def summary(run: dict[str, Any]) -> dict[str, float | None]:
-    """Held-out success after RL, its gain over the last evaluation before RL, that gain per
-    million decoded tokens, and the mean decoded tokens a step."""
-    before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
-    after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
-    gain = after[-1] - before[-1] if before and after else None
-    decoded = [r["decoded_tokens"] for r in run["train"] if "decoded_tokens" in r]
-    millions = sum(decoded) / 1e6
-    return {
-        "success": after[-1] if after else None,
-        "gain": gain,
-        "gain_per_m_tokens": gain / millions if gain is not None and millions else None,
-        "decoded_per_step": statistics.fmean(decoded) if decoded else None,
-    }
-
-
 def table(results: dict[str, dict[str, Any]]) -> str:
     """Means over seeds (and the number of seeds) of each arm's `summary`."""
     lines = [
@@ -90,7 +73,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for arm, seeds in results.items():
-        rows = [summary(run) for run in seeds.values()]
+        rows = [gain_summary(run) for run in seeds.values()]
         cells = [seed_mean(rows, k) for k in ("success", "gain", "gain_per_m_tokens")]
         cells.append(seed_mean(rows, "decoded_per_step"))
         lines.append(f"| {arm} | {len(rows)} | " + " | ".join(cells) + " |")
@@ -106,7 +89,9 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         mine = argparse.Namespace(**{**vars(args), "recipe": recipe, "arms": [arm]})
         mine.overrides = [*args.overrides, *extra]
         header = {"recipes": {a: RECIPES[a][0] for a in RECIPES}, "smoke": args.smoke}
-        results = run_arms(mine, {a: RECIPES[a][1] for a in RECIPES}, TRAIN_KEYS, header)
+        results = run_arms(
+            mine, {a: RECIPES[a][1] for a in RECIPES}, TRAIN_KEYS, header, gain_summary
+        )
     return results
 
 

@@ -27,13 +27,12 @@ held-out evaluations) and prints a markdown table of the means over seeds.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms import arm_parser, arm_summary, run_arms  # noqa: E402  (bench/ is scripts, not a package)
+from arms import arm_parser, arm_summary, held_out, mean_of, run_arms  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "newer_losses.json"
 RESET = ["algo.clip_high=0.2"]  # the recipe's clip-higher is a knob of ppo/clip_cov only
@@ -60,25 +59,20 @@ TRAIN_KEYS = (
 )
 
 
-def mean_of(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def summary(run: dict[str, Any]) -> dict[str, float | None]:
     """One run's numbers: held-out success after the warm start and at the last evaluation, the
     policy entropy at the first and the last step (a learner metric: absent on steps whose
     update was skipped), and the per-step means of the clip fraction, the rollout / learner
     mismatch and the share of tokens a rollout correction zeroed."""
-    before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
-    after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
+    before, after = held_out(run)
     entropy = [row["entropy"] for row in run["train"] if "entropy" in row]
 
     def per_step(key: str) -> float | None:
         return mean_of([row[key] for row in run["train"] if key in row])
 
     return {
-        "before": before[-1] if before else None,
-        "success": after[-1] if after else None,
+        "before": before,
+        "success": after,
         "entropy_first": entropy[0] if entropy else None,
         "entropy_last": entropy[-1] if entropy else None,
         "clip_frac": per_step("clip_frac"),

@@ -37,13 +37,12 @@ prompt tokens reused per step, distinct trajectories per step.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms import arm_parser, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
+from arms import arm_parser, gain_summary, mean_of, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tree_rollouts.json"
 TREE = ["rollout.tree.roots=2", "rollout.tree.expansions=3", "rollout.group_size=8"]
@@ -76,25 +75,13 @@ TRAIN_KEYS = (
 )
 
 
-def mean_of(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def summary(run: dict[str, Any]) -> dict[str, float | None]:
-    """Held-out success before RL (after the warm start) and after it, the change, that change per
-    million decoded tokens, and the per-step means of decoded tokens, reused prompt tokens and
-    distinct trajectories."""
-    before = [e["success"] for e in run["eval"] if e["split"] != "eval"]
-    after = [e["success"] for e in run["eval"] if e["split"] == "eval"]
+    """`gain_summary` (held-out success before and after RL, the gain, per million decoded
+    tokens, decoded tokens a step) and the per-step means of reused prompt tokens and distinct
+    trajectories."""
     steps = run["train"]
-    gain = after[-1] - before[-1] if before and after else None
-    millions = sum(r.get("decoded_tokens", 0.0) for r in steps) / 1e6
     return {
-        "before": before[-1] if before else None,
-        "success": after[-1] if after else None,
-        "gain": gain,
-        "gain_per_m_tokens": gain / millions if gain is not None and millions else None,
-        "decoded_per_step": mean_of([r["decoded_tokens"] for r in steps if "decoded_tokens" in r]),
+        **gain_summary(run),
         "reused_per_step": mean_of(
             [r["reused_prompt_tokens"] for r in steps if "reused_prompt_tokens" in r]
         ),

@@ -24,7 +24,36 @@ def test_arm_summary_means_over_seeds_by_hand():
     assert summary["seeds"] == 3
     assert summary["success"] == pytest.approx(0.8)
     assert summary["gain"] == pytest.approx(0.1)  # the seeds without it are left out
-    assert arms.arm_summary([{"gain": None}]) == {"seeds": 1, "gain": None}
+    assert (summary["gain_min"], summary["gain_max"]) == (0.1, 0.1)
+    assert arms.arm_summary([{"gain": None}]) == {
+        "seeds": 1,
+        "gain": None,
+        "gain_min": None,
+        "gain_max": None,
+    }
+    spread = arms.arm_summary([{"gain": -0.02}, {"gain": 0.12}, {"gain": 0.05}])
+    assert spread["gain"] == pytest.approx(0.05)
+    assert (spread["gain_min"], spread["gain_max"]) == (-0.02, 0.12)
+
+
+def test_gain_summary_by_hand():
+    run = {
+        "eval": [
+            {"step": 0, "success": 0.0, "split": "eval_before"},
+            {"step": 0, "success": 0.4, "split": "eval_warm_start"},
+            {"step": 10, "success": 0.5, "split": "eval"},
+            {"step": 20, "success": 0.6, "split": "eval"},
+        ],
+        "train": [{"decoded_tokens": 30_000.0}, {"decoded_tokens": 70_000.0}, {"step": 3}],
+    }
+    numbers = arms.gain_summary(run)
+    assert (numbers["before"], numbers["success"]) == (0.4, 0.6)
+    assert numbers["gain"] == pytest.approx(0.2)
+    assert numbers["gain_per_m_tokens"] == pytest.approx(2.0)  # 0.2 over 0.1M decoded tokens
+    assert numbers["decoded_per_step"] == pytest.approx(50_000.0)  # steps that logged it
+    untrained = arms.gain_summary({"eval": [{"success": 0.1, "split": "eval_before"}], "train": []})
+    assert untrained["before"] == 0.1 and untrained["gain"] is None
+    assert untrained["gain_per_m_tokens"] is None and untrained["decoded_per_step"] is None
 
 
 def test_newer_losses_run_numbers_by_hand():
