@@ -106,7 +106,22 @@ FAMILIES: dict[str, Family] = {
         " GPU shared by six runs a step took a minute and three seeds were stopped after 3-4"
         " steps (results/learning/probes/h200_stopped_ppo_search_worlds.json)",
     ),
-    "memory": Family("memagent", 20, 5, "not yet calibrated"),
+    "memory": Family(
+        "memagent",
+        20,
+        5,
+        "calibrated: the recipe's 32-episode warm start leaves 25-46% of 100 held-out questions"
+        " exact, room for RL; 4 questions x 4 samples a step (the recipe: 2 x 4) at lr 5e-6 (the"
+        " recipe: 2e-6), sampling and learning in bf16 autocast to halve a CPU step; in 20 steps"
+        " held-out success rose in every seed, still rising at step 20 in two",
+        (
+            "env.num_eval_tasks=100",
+            "rollout.tasks_per_step=4",
+            "optim.lr=5e-6",
+            "rollout.mixed_precision=bf16",
+            "learner.mixed_precision=bf16",
+        ),
+    ),
     "gui": Family(
         "ui_tars",
         60,
