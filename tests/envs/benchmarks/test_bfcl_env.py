@@ -14,13 +14,12 @@ from agentic_rl.config.parse import ConfigError  # noqa: E402
 from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.benchmarks import bfcl_data  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl import BFCLEnv  # noqa: E402
+from agentic_rl.envs.benchmarks.bfcl_calls import expert_calls  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
     MULTI_TURN,
     SINGLE_TURN_EVAL,
     SINGLE_TURN_TRAIN,
     entry,
-    expert_calls,
-    keyword_call,
     make_bfcl_multi_turn_tasks,
     make_bfcl_tasks,
     scenario_index,
@@ -136,11 +135,6 @@ def test_tasks_the_expert_cannot_pass_are_marked():
     )
 
 
-def test_expert_calls_pick_the_first_accepted_value_and_omit_optional_ones():
-    truth = [{"f": {"a": ["", 3], "b": ["x", "y"], "c": [""], "d": [{"k": ["v", "w"], "o": [""]}]}}]
-    assert expert_calls(truth) == "[f(a=3, b='x', d={'k': 'v'})]"
-
-
 def test_bfcl_env_rewards_bfcls_verdict_per_category():
     tasks = make_bfcl_tasks("eval", 14, 0)
     assert [t.fields["category"] for t in tasks[:7]] == list(SINGLE_TURN_EVAL)
@@ -222,12 +216,6 @@ def test_too_many_tasks_say_how_many_there_are():
 
 
 # -- multi-turn ------------------------------------------------------------------------------
-
-
-def test_keyword_call_names_positional_arguments():
-    params = {"sort": ("file_name",), "mv": ("source", "destination")}
-    assert keyword_call("sort('a.txt')", params) == "sort(file_name='a.txt')"
-    assert keyword_call("mv('a', destination='b')", params) == "mv(source='a', destination='b')"
 
 
 def test_multi_turn_expert_passes_and_silence_fails():
