@@ -163,6 +163,44 @@ def test_slow_steps_on_different_workers_overlap(cluster):
         pool.close()
 
 
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_wait_reports_a_gone_cluster_long_before_its_call_timeout(cluster, monkeypatch):
+    """A call being waited for checks the cluster every CLUSTER_CHECK_S: once the control store
+    stops answering, the run says the cluster is gone (and which checkpoint to resume from) in
+    seconds, not after ray.call_timeout_s, because Ray itself ends a driver that lost its
+    control store after a minute, with exit status 1 and no such word. The store's silence is
+    what is simulated here (the killed cluster is the slow test below); the call is real."""
+    from agentic_rl.scale import ray_pool
+
+    cfg = load_config("calculator_grpo", ["ray.enabled=true", "ray.call_timeout_s=600"])
+    pool = EnvPool(cfg)
+    slow = cluster.remote(num_cpus=0)(_sleep).remote(60)
+    try:
+        monkeypatch.setattr(ray_pool, "CLUSTER_CHECK_S", 0.5)
+        # A live cluster: the slices add up to the call timeout, then the worker counts as lost.
+        monkeypatch.setattr(pool.cfg.ray, "call_timeout_s", 2.0)
+        start = time.monotonic()
+        with pytest.raises(ray_pool._WorkerLost, match="GetTimeoutError"):
+            pool._wait(slow, "wait for a slow call", lost_ok=True)
+        assert 1.9 < time.monotonic() - start < 10
+        assert not pool.cluster_lost
+        monkeypatch.setattr(pool.cfg.ray, "call_timeout_s", 600.0)
+        monkeypatch.setattr(pool, "cluster_alive", lambda: False)
+        start = time.monotonic()
+        with pytest.raises(RayError, match="the Ray cluster is gone.*no answer while trying"):
+            pool._wait(slow, "wait for a slow call", lost_ok=True)
+        assert time.monotonic() - start < 10, "the gone cluster was not noticed while waiting"
+        assert pool.cluster_lost
+    finally:
+        cluster.cancel(slow, force=True)
+        pool.cluster_lost = False  # the cluster is alive: let close stop the workers
+        monkeypatch.undo()
+        pool.close()
+
+
 def _kill_tree(procs: list[psutil.Process]) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):

@@ -14,8 +14,12 @@ Failures:
   checks), then the call is sent again. The episode's tokens do not change. Counted per step
   in the metrics `env_workers_lost` and `env_episodes_replayed`; after `ray.max_episode_retries`
   replays of one episode the run stops with a `RayError`.
-* the cluster itself gone (a replacement worker cannot be started): `RayError` saying so,
-  naming the last checkpoint; rerunning the same command resumes from it.
+* the cluster itself gone (its control store does not answer, checked every
+  `CLUSTER_CHECK_S` while a call is waited for, and before a worker is replaced): `RayError`
+  saying so, naming the last checkpoint; rerunning the same command resumes from it. The check
+  runs while waiting, not only after `ray.call_timeout_s`, because Ray ends a driver that has
+  lost its control store after its own reconnect timeout (60 s by default), with exit status 1
+  and no word of which checkpoint to resume from: the run must speak first.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -39,6 +44,9 @@ from agentic_rl.types import Action, Observation, StepResult, Task
 
 if TYPE_CHECKING:
     pass
+
+CLUSTER_CHECK_S = 5.0
+"""While a Ray call is waited for, the cluster's control store is checked this often."""
 
 
 class RayError(UserInputError, RuntimeError):
@@ -205,11 +213,7 @@ class EnvPool:
         if not self.cluster_alive():
             # Checked before anything else talks to the cluster: Ray calls that need its
             # control store (GCS) block, and Ray ends the process after a minute without it.
-            self.cluster_lost = True
-            raise RayError(
-                f"the Ray cluster is gone: its control store at {self.gcs_address} does not "
-                f"answer ({reason}). " + resume_hint(self.cfg)
-            )
+            raise self._cluster_gone(reason)
         with self._lock:
             if self.workers[env.slot] is env.worker:  # the first to notice replaces it
                 self._kill(env.worker)
@@ -229,15 +233,47 @@ class EnvPool:
                 ) from None
 
     def _wait(self, ref: Any, what: str, lost_ok: bool = False) -> Any:
+        """`ray.get(ref)` within `ray.call_timeout_s`, in slices of `CLUSTER_CHECK_S` with the
+        cluster checked between them. A lost actor or the timeout is `_WorkerLost` (when
+        `lost_ok`, so the caller replaces the worker) or a `RayError`; a gone cluster is always
+        a `RayError`."""
         exceptions = self.ray.exceptions
-        lost = (exceptions.RayActorError, exceptions.GetTimeoutError)
-        try:
-            return self.ray.get(ref, timeout=self.cfg.ray.call_timeout_s)
-        except lost as err:
-            reason = f"{type(err).__name__} while trying to {what}"
+        deadline = time.monotonic() + self.cfg.ray.call_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self.ray.get(ref, timeout=max(0.01, min(CLUSTER_CHECK_S, left)))
+            except exceptions.GetTimeoutError as err:
+                if not self.cluster_alive():
+                    raise self._cluster_gone(f"no answer while trying to {what}") from None
+                if time.monotonic() < deadline:
+                    continue
+                failure: Exception = err
+            except (exceptions.RayActorError, exceptions.ObjectLostError) as err:
+                if not self.cluster_alive():  # the actor died with its cluster
+                    raise self._cluster_gone(
+                        f"{type(err).__name__} while trying to {what}"
+                    ) from None
+                failure = err
+            except exceptions.RayError as err:
+                # An env's own exception (RayTaskError) is the env's to tell; any other Ray
+                # failure is named as the cluster's loss when that is what it is.
+                if isinstance(err, exceptions.RayTaskError) or self.cluster_alive():
+                    raise
+                raise self._cluster_gone(f"{type(err).__name__} while trying to {what}") from None
+            reason = f"{type(failure).__name__} while trying to {what}"
             if lost_ok:
-                raise _WorkerLost(reason) from err
-            raise RayError(f"Ray could not {what}: {err}. " + resume_hint(self.cfg)) from err
+                raise _WorkerLost(reason) from failure
+            raise RayError(
+                f"Ray could not {what}: {failure}. " + resume_hint(self.cfg)
+            ) from failure
+
+    def _cluster_gone(self, reason: str) -> RayError:
+        self.cluster_lost = True
+        return RayError(
+            f"the Ray cluster is gone: its control store at {self.gcs_address} does not "
+            f"answer ({reason}). " + resume_hint(self.cfg)
+        )
 
     def take_metrics(self) -> dict[str, float]:
         """Counters since the previous call (lost workers, replayed episodes)."""
