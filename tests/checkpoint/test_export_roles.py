@@ -16,11 +16,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentic_rl.checkpoint.export import ROLES_MANIFEST, export_checkpoint
+from agentic_rl.checkpoint.export import export_checkpoint
 from agentic_rl.config.load import load_config
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.load import load_policy
-from agentic_rl.model.roles import as_role
+from agentic_rl.model.roles import TEAM_MANIFEST, as_role
 from agentic_rl.train import loop
 
 ROLES = ("solver", "verifier")
@@ -81,7 +81,7 @@ def _weights(path):
 def test_each_roles_exported_model_is_its_in_run_policy(tmp_path, monkeypatch, policies):
     cfg, policy, run = _run(tmp_path, monkeypatch, policies)
     team = run / "model"
-    manifest = json.loads((team / ROLES_MANIFEST).read_text())
+    manifest = json.loads((team / TEAM_MANIFEST).read_text())
     assert manifest["role_policies"] == policies and manifest["base_model"] == "tiny"
     assert manifest["roles"] == [
         {"role": role, "path": f"roles/{role}", "trained": True} for role in ROLES
@@ -109,7 +109,7 @@ def test_each_roles_exported_model_is_its_in_run_policy(tmp_path, monkeypatch, p
     assert all(torch.equal(loaded.state_dict()[k], verifier[k]) for k in verifier)
     # `agentic-rl export` of the run's last checkpoint rebuilds the team as the run did
     again = export_checkpoint(run, tmp_path / "again")
-    assert json.loads((again / ROLES_MANIFEST).read_text())["roles"] == manifest["roles"]
+    assert json.loads((again / TEAM_MANIFEST).read_text())["roles"] == manifest["roles"]
     for role, weights in zip(ROLES, (solver, verifier), strict=True):
         other = _weights(again / "roles" / role)
         assert all(torch.equal(other[k], weights[k]) for k in weights), role
@@ -119,7 +119,7 @@ def test_each_roles_exported_model_is_its_in_run_policy(tmp_path, monkeypatch, p
 def test_a_frozen_role_is_exported_as_the_base_model(tmp_path, monkeypatch, policies):
     cfg, _, run = _run(tmp_path, monkeypatch, policies, ["rollout.train_roles=[verifier]"])
     team = run / "model"
-    manifest = json.loads((team / ROLES_MANIFEST).read_text())
+    manifest = json.loads((team / TEAM_MANIFEST).read_text())
     trained = {entry["role"]: entry["trained"] for entry in manifest["roles"]}
     assert trained == {"solver": False, "verifier": True}
     base, _ = load_policy(ModelConfig(name="tiny"), seed=cfg.trainer.seed)
@@ -128,3 +128,36 @@ def test_a_frozen_role_is_exported_as_the_base_model(tmp_path, monkeypatch, poli
     assert solver.keys() == base_weights.keys()
     assert all(torch.equal(solver[k], base_weights[k]) for k in solver)
     assert any(not torch.equal(verifier[k], base_weights[k]) for k in verifier)
+
+
+def test_an_exported_team_loads_back_as_a_team(tmp_path, monkeypatch):
+    """model.name=TEAM_DIR with model.role_policies=models: each role starts from the model
+    its directory holds (the same logits), trains only if rollout.train_roles says so; a
+    team directory cannot be read as one shared model or for an env with other roles."""
+    from agentic_rl.config.parse import ConfigError
+    from agentic_rl.model.roles import RoleModels
+    from agentic_rl.train.setup import build
+
+    _, _, run = _run(tmp_path, monkeypatch, "adapters")
+    team = run / "model"
+    base = ["model.name=" + str(team), "model.lora_rank=0", "env.num_eval_tasks=1"]
+    setup = build(
+        load_config(
+            "solver_verifier",
+            [*base, "model.role_policies=models", "rollout.train_roles=[verifier]"],
+        )
+    )
+    assert isinstance(setup.policy, RoleModels) and setup.policy.roles == ROLES
+    ids = torch.tensor([[1, 5, 42, 7, 300, 11, 2, 9]])
+    for role in ROLES:
+        exported = AutoModelForCausalLM.from_pretrained(team / "roles" / role).eval()
+        with torch.no_grad(), as_role(setup.policy.eval(), role) as module:
+            torch.testing.assert_close(
+                module(input_ids=ids).logits, exported(input_ids=ids).logits, rtol=0, atol=1e-5
+            )
+        trains = any(p.requires_grad for p in setup.policy.models[role].parameters())
+        assert trains == (role == "verifier")
+    with pytest.raises(ConfigError, match="set model.role_policies=models"):
+        load_config("solver_verifier", [*base, "model.role_policies=shared"])
+    with pytest.raises(ConfigError, match=r"team of roles \['solver', 'verifier'\]"):
+        load_config("debate", [*base, "model.role_policies=models"])

@@ -262,12 +262,3 @@ def test_a_model_per_role_needs_a_multi_agent_env():
     assert cfg.model.role_policies == "models"
     shared = load_config("solver_verifier", ["model.role_policies=shared"])
     assert shared.model.role_policies == "shared"  # (LoRA with one shared adapter: allowed)
-
-
-def test_serve_policy_refuses_a_policy_per_role():
-    pytest.importorskip("uvicorn")
-    from agentic_rl.serving.cli import serve_policy
-
-    overrides = ["model.name=tiny", "model.lora_rank=0", "model.role_policies=models"]
-    with pytest.raises(ConfigError, match="serve-policy serves one policy"):
-        serve_policy("solver_verifier", overrides)

@@ -62,7 +62,7 @@ def test_one_failing_call_does_not_fail_the_others_batched_with_it():
     """The queue runs the batch; when it fails, each call alone: only the bad one fails."""
     batches: list[int] = []
 
-    def run(prompts, params):
+    def run(prompts, params, role):
         batches.append(len(prompts))
         if any(p.seed == 666 for p in params):
             raise ValueError("seed out of range")
@@ -80,6 +80,27 @@ def test_one_failing_call_does_not_fail_the_others_batched_with_it():
     assert results[0] == "out0" and results[2] == "out2"
     assert isinstance(results[1], ValueError)
     assert batches == [3, 1, 1, 1]  # the batch, then each call alone
+
+
+def test_a_batch_holds_one_roles_calls_the_oldest_waiting_role_first():
+    """A team server: calls of different roles never share a batch (each role decodes with its
+    own policy); the role of the oldest waiting call goes next."""
+    batches: list[tuple[str, list[int]]] = []
+
+    def run(prompts, params, role):
+        batches.append((role, [p[0] for p in prompts]))
+        return [f"{role}{p[0]}" for p in prompts]
+
+    async def scenario():
+        queue = GenerationQueue(run, max_batch=2)
+        roles = ["a", "b", "a", "a", "b"]
+        calls = [
+            queue.submit([i], SamplingParams(max_new_tokens=1), r) for i, r in enumerate(roles)
+        ]
+        return await asyncio.gather(*calls)
+
+    assert asyncio.run(scenario()) == ["a0", "b1", "a2", "a3", "b4"]
+    assert batches == [("a", [0, 2]), ("b", [1, 4]), ("a", [3])]
 
 
 def test_a_seed_the_generator_cannot_take_fails_only_its_own_call(setup, recording, serve):

@@ -31,6 +31,7 @@ from torch import nn
 from agentic_rl.config.parse import ConfigError, build_dataclass
 from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.config.schema import Config
+from agentic_rl.model.roles import TEAM_MANIFEST, TEAM_ROLES_DIR
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -71,16 +72,14 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
     from agentic_rl.checkpoint.layout import is_sharded
     from agentic_rl.checkpoint.sharded import load_full_policy
     from agentic_rl.config.validate_roles import env_roles
-    from agentic_rl.model.load import load_policy
-    from agentic_rl.model.roles import with_role_policies
+    from agentic_rl.model.roles import load_role_policies
 
     path = resolve_checkpoint(checkpoint)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} exists and is not empty: choose a new directory")
     model_cfg, cfg = run_model_config(path, model_name), run_config(path)
-    # the run's seed: the tiny test model's random weights (a LoRA run's base) are drawn from it
-    policy, tokenizer = load_policy(model_cfg, seed=cfg.trainer.seed if cfg is not None else 0)
+    roles: tuple[str, ...] = ()
     if model_cfg.role_policies != "shared":  # the team as the run built it, then its weights
         if cfg is None:
             raise ConfigError(
@@ -88,7 +87,13 @@ def export_checkpoint(checkpoint: Path, out: Path, model_name: str | None = None
                 "unreadable: a run with a policy per role needs it to know its env's roles"
             )
         roles = env_roles(cfg.env.name, cfg.env.options)
-        policy = with_role_policies(policy, model_cfg, roles, cfg.rollout.train_roles)
+    # the run's seed: the tiny test model's random weights (a LoRA run's base) are drawn from it
+    policy, tokenizer = load_role_policies(
+        model_cfg,
+        roles,
+        cfg.rollout.train_roles if cfg is not None else (),
+        seed=cfg.trainer.seed if cfg is not None else 0,
+    )
     if is_sharded(path):
         load_full_policy(path, policy)
     else:
@@ -132,10 +137,6 @@ def save_model(model: nn.Module, tokenizer: Any, out: Path, cfg: Config | None =
     return save_policy(model, tokenizer, out / "model", cfg, source=str(out))
 
 
-ROLES_DIR = "roles"  # TARGET/roles/<role>/: a role's model directory
-ROLES_MANIFEST = "roles.json"
-
-
 def save_policy(
     policy: nn.Module,
     tokenizer: Any,
@@ -156,9 +157,9 @@ def save_policy(
     entries = []
     for role in roles:
         with as_role(policy, role) as module:
-            save_hf_model(module, tokenizer, target / ROLES_DIR / role, cfg, source, role)
+            save_hf_model(module, tokenizer, target / TEAM_ROLES_DIR / role, cfg, source, role)
         trained = role_trains(policy, role)
-        entries.append({"role": role, "path": f"{ROLES_DIR}/{role}", "trained": trained})
+        entries.append({"role": role, "path": f"{TEAM_ROLES_DIR}/{role}", "trained": trained})
     manifest = {
         "role_policies": "models" if isinstance(policy, RoleModels) else "adapters",
         "base_model": cfg.model.name if cfg is not None else None,
@@ -166,7 +167,7 @@ def save_policy(
         "note": "each path is a Hugging Face model directory (model.name=PATH loads it); a "
         "role with trained=false was not trained in this run and holds the base model",
     }
-    (target / ROLES_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (target / TEAM_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return target
 
 
@@ -272,7 +273,7 @@ def model_card(
         *(
             [
                 f"- role: `{role}`, one policy of a team (model.role_policies="
-                f"{cfg.model.role_policies}); ../../{ROLES_MANIFEST} lists every role's model"
+                f"{cfg.model.role_policies}); ../../{TEAM_MANIFEST} lists every role's model"
             ]
             if role
             else []

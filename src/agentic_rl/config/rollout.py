@@ -70,7 +70,9 @@ class ModelConfig:
     adapter-sized extra memory per role.
     "models": each role its own full copy of the model (the same initial weights, loaded once):
     n roles hold n times the parameters, gradients and optimizer state (and n reference copies
-    with algo.kl_coef > 0); each role decodes with its own HF generator and KV cache.
+    with algo.kl_coef > 0); each role decodes with its own HF generator and KV cache. With
+    model.name an exported team (DIR/roles.json, from trainer.export_model or `agentic-rl
+    export` of such a run) each role starts from its own exported model instead.
     With "adapters" or "models" the generator decodes a role's conversations with that role's
     policy and the learner scores and updates each sample through its role's policy only, so
     one role's update never moves another's, and a frozen role's policy never moves.

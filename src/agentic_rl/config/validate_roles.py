@@ -59,6 +59,7 @@ def validate_roles(cfg: Config) -> None:
     in-process HF generator and nothing that computes a role's tokens without its policy; role
     groups need a per-episode group estimator."""
     _check_choice("model.role_policies", cfg.model.role_policies, ROLE_POLICIES)
+    _validate_team_dir(cfg)
     _validate_train_roles(cfg)
     own = cfg.model.role_policies != "shared"
     wanted = [
@@ -87,6 +88,29 @@ def validate_roles(cfg: Config) -> None:
             )
     if own:
         _validate_role_policies(cfg)
+
+
+def _validate_team_dir(cfg: Config) -> None:
+    """model.name may be an exported team (DIR/roles.json, model/roles.py `team_manifest`): it
+    holds a full model per role, so it loads as model.role_policies=models, for an env with
+    exactly its roles."""
+    from agentic_rl.model.roles import TEAM_ROLES_DIR, team_manifest
+
+    team = team_manifest(cfg.model.name)
+    if team is None:
+        return
+    if cfg.model.role_policies != "models":
+        raise ConfigError(
+            f"model.name={cfg.model.name} is an exported team (a model per role in "
+            f"{TEAM_ROLES_DIR}/): set model.role_policies=models to play it as a team, or "
+            f"model.name={cfg.model.name}/{TEAM_ROLES_DIR}/ROLE for one role's model alone"
+        )
+    roles = env_roles(cfg.env.name, cfg.env.options)
+    if sorted(team["paths"]) != sorted(roles):
+        raise ConfigError(
+            f"model.name={cfg.model.name} is a team of roles {sorted(team['paths'])}, but "
+            f"env.name={cfg.env.name} has roles {sorted(roles)}"
+        )
 
 
 def _validate_train_roles(cfg: Config) -> None:

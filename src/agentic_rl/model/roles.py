@@ -20,19 +20,33 @@ code path everywhere above the model layer.
 Like a PEFT policy's active adapter, a `RoleModels` records the role being computed
 (`RoleModels.active`): its generator (backends/roles.py `RoleGenerators`) decodes with the
 active role's model, so the rollout's actors need not know which kind of role policy runs.
+
+An exported team (checkpoint/export.py `save_policy`: DIR/roles/<role>/ and DIR/roles.json) is
+loaded back with model.name=DIR and model.role_policies=models (`load_role_policies`): each
+role gets the model directory it was exported to, so a trained team can be trained further,
+evaluated or served (`agentic-rl serve-policy`) as one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from torch import nn
 
 from agentic_rl.config.rollout import ModelConfig
+from agentic_rl.model.load import ModelLoadError, load_policy
 from agentic_rl.model.lora import adapter_parameters, add_role_adapters, role_adapters, use_adapter
+
+TEAM_ROLES_DIR = "roles"
+"""An exported team's DIR/roles/<role>/: that role's Hugging Face model directory."""
+TEAM_MANIFEST = "roles.json"
+"""An exported team's DIR/roles.json: its roles, their directories and which of them trained."""
 
 
 class RoleModels(nn.Module):
@@ -92,6 +106,51 @@ def with_role_policies(
     elif cfg.role_policies == "models":
         return RoleModels.copies(policy, roles, trained)
     return policy
+
+
+def team_manifest(model_name: str) -> dict[str, Any] | None:
+    """The manifest of an exported team at `model_name` (DIR/roles.json), None when
+    `model_name` is no such directory (a model directory, the bundled model's name)."""
+    path = Path(model_name).expanduser() / TEAM_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        entries = {entry["role"]: str(entry["path"]) for entry in manifest["roles"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelLoadError(f"{path} is not a team manifest written by the export: {err}") from err
+    return {**manifest, "paths": entries}
+
+
+def load_role_policies(
+    cfg: ModelConfig, roles: Sequence[str], trained: Sequence[str] = (), seed: int = 0
+) -> tuple[nn.Module, Any]:
+    """The run's policy and tokenizer: `load_policy` given a policy per role as
+    `cfg.role_policies` says (`with_role_policies`), or, when model.name is an exported team
+    (`team_manifest`), a `RoleModels` of each role's exported model (`trained` as in
+    `RoleModels.copies`; the tokenizer is the first role's). One function for a run's setup
+    and for exporting its checkpoints, so both build the team alike."""
+    manifest = team_manifest(cfg.name)
+    if manifest is None:
+        policy, tokenizer = load_policy(cfg, seed=seed)
+        return with_role_policies(policy, cfg, roles, trained), tokenizer
+    paths = manifest["paths"]
+    if sorted(paths) != sorted(roles):
+        raise ModelLoadError(
+            f"model.name={cfg.name} is a team of roles {sorted(paths)}, but the env's roles are "
+            f"{sorted(roles)}"
+        )
+    team_dir = Path(cfg.name).expanduser()
+    models, tokenizer = {}, None
+    for role in roles:
+        role_cfg = dataclasses.replace(
+            cfg, name=str(team_dir / paths[role]), role_policies="shared"
+        )
+        models[role], role_tokenizer = load_policy(role_cfg, seed=seed)
+        tokenizer = tokenizer or role_tokenizer
+        for param in models[role].parameters():
+            param.requires_grad_(not trained or role in trained)
+    return RoleModels(models), tokenizer
 
 
 def role_trains(model: nn.Module, role: str) -> bool:

@@ -9,6 +9,8 @@ behaviour logprob is of the role's own policy: with role adapters the role's ada
 on the one shared model (the learner's own object, backends/hf.py), and KV the generator kept
 from another adapter is dropped at each switch (it would be another policy's); with a model per
 role the generator decodes with the role's own model and KV store (backends/roles.py).
+`generating_as` is that switch alone, for whoever else decodes as a role (the policy server of
+a team, serving/policy_server.py).
 
 Role-specific rewards: an env adds a role's own reward term by reporting it in the step's info
 as `env/<role>_reward` (`role_reward_key`; summed over the episode like every `env/` metric).
@@ -18,6 +20,8 @@ role's samples; the team's outcome stays in the step rewards of every sample.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from agentic_rl.envs.multiagent import role_reward_key
@@ -36,6 +40,26 @@ def add_role_rewards(episodes: list[list[Trajectory]]) -> None:
                 sample.reward += sample.metrics.get(role_reward_key(sample.role), 0.0)
 
 
+@contextlib.contextmanager
+def generating_as(generator: Any, role: str) -> Iterator[None]:
+    """Decode with `generator` as `role`: its model's role policy switched in (`as_role`) and,
+    for role adapters on one shared model, the generator's kept KV dropped before and after
+    (it would be another adapter's). `role` "" decodes as the model is."""
+    if not role:
+        yield
+        return
+    model = generator.model
+    shared_kv = not isinstance(model, RoleModels)
+    with as_role(model, role):
+        if shared_kv:
+            generator.update_weights(None)
+        try:
+            yield
+        finally:
+            if shared_kv:
+                generator.update_weights(None)
+
+
 def role_actor(act: Actor, generator: Any) -> Actor:
     """`act` with each round split by the episodes' roles, one call per role computing as that
     role (`as_role`); `act` itself when the generator's model has no role policies."""
@@ -43,10 +67,6 @@ def role_actor(act: Actor, generator: Any) -> Actor:
     roles = role_policies(model) if model is not None else ()
     if not roles:
         return act
-    assert model is not None
-    # Role adapters share one model and its KV store: a switch makes the kept KV another
-    # policy's. Role models each have their own generator and KV (backends/roles.py).
-    shared_kv = not isinstance(model, RoleModels)
 
     def by_role(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
         out: list[Completion | None] = [None] * len(episodes)
@@ -57,14 +77,10 @@ def role_actor(act: Actor, generator: Any) -> Actor:
                     f"its own (model.role_policies: {', '.join(roles)})"
                 )
             rows = [i for i, ep in enumerate(episodes) if ep.role == role]
-            with as_role(model, role):
-                if shared_kv:
-                    generator.update_weights(None)  # cached KV is another adapter's
+            with generating_as(generator, role):
                 replies = act([episodes[i] for i in rows], [budgets[i] for i in rows], turn)
             for i, reply in zip(rows, replies, strict=True):
                 out[i] = reply
-        if shared_kv:
-            generator.update_weights(None)
         return [reply for reply in out if reply is not None]
 
     return by_role

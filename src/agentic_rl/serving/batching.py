@@ -30,17 +30,21 @@ class GenerationQueue:
     """Calls that arrive while a batch is generating are generated together in the next one,
     so N agents running at once cost about one batched decode, not N sequential ones. When a
     batch fails, each of its calls is generated alone: a failure stays with the call that
-    caused it. The queue is bounded by the server's in-flight limit (tools/http_guard.py)."""
+    caused it. The queue is bounded by the server's in-flight limit (tools/http_guard.py).
 
-    def __init__(self, run: Callable[[list, list], Any], max_batch: int) -> None:
+    A team server generates each role with that role's policy: a batch holds the calls of one
+    role (`run(prompts, params, role)`), the role of the oldest waiting call first, so no role
+    waits behind another's stream of calls for more than one batch."""
+
+    def __init__(self, run: Callable[[list, list, str], Any], max_batch: int) -> None:
         self.run = run
         self.max_batch = max_batch
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future, str]] = []
         self._worker: asyncio.Task | None = None
 
-    async def submit(self, prompt: list[int], params: SamplingParams) -> Any:
+    async def submit(self, prompt: list[int], params: SamplingParams, role: str = "") -> Any:
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt, params, future))
+        self._pending.append((prompt, params, future, role))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._drain())
         return await future
@@ -49,14 +53,16 @@ class GenerationQueue:
         from starlette.concurrency import run_in_threadpool
 
         while self._pending:
-            batch = self._pending[: self.max_batch]
-            self._pending = self._pending[self.max_batch :]
+            role = self._pending[0][3]
+            batch = [item for item in self._pending if item[3] == role][: self.max_batch]
+            taken = {id(item) for item in batch}
+            self._pending = [item for item in self._pending if id(item) not in taken]
             live = [item for item in batch if not item[2].done()]  # clients gone: skip
             if not live:
                 continue
             try:
                 results = await run_in_threadpool(
-                    self.run, [p for p, _, _ in live], [q for _, q, _ in live]
+                    self.run, [item[0] for item in live], [item[1] for item in live], role
                 )
             except Exception as exc:
                 if len(live) == 1:  # the failure is this call's own; the server stays up
@@ -67,18 +73,18 @@ class GenerationQueue:
                 for item in live:
                     await self._run_alone(item)
                 continue
-            for (_, _, future), result in zip(live, results, strict=True):
+            for (_, _, future, _), result in zip(live, results, strict=True):
                 if not future.done():
                     future.set_result(result)
 
-    async def _run_alone(self, item: tuple[list[int], SamplingParams, asyncio.Future]) -> None:
+    async def _run_alone(self, item: tuple[list[int], SamplingParams, asyncio.Future, str]) -> None:
         from starlette.concurrency import run_in_threadpool
 
-        prompt, params, future = item
+        prompt, params, future, role = item
         if future.done():
             return
         try:
-            (result,) = await run_in_threadpool(self.run, [prompt], [params])
+            (result,) = await run_in_threadpool(self.run, [prompt], [params], role)
         except Exception as exc:
             if not future.done():
                 future.set_exception(exc)

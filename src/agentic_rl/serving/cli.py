@@ -41,7 +41,6 @@ def serve_policy(
     import uvicorn
 
     from agentic_rl.config.load import load_config
-    from agentic_rl.config.parse import ConfigError
     from agentic_rl.serving.batching import ServeLimits
     from agentic_rl.serving.policy_server import PolicyService, create_app
     from agentic_rl.tools.http_guard import require_token
@@ -49,11 +48,6 @@ def serve_policy(
 
     token = require_token(host, token, "serve-policy")  # before building the model
     cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
-    if cfg.model.role_policies != "shared":  # its requests carry no role to compute as
-        raise ConfigError(
-            f"serve-policy serves one policy: model.role_policies={cfg.model.role_policies} "
-            "gives each role its own; use model.role_policies=shared"
-        )
     setup = build(cfg)
     context = getattr(setup.policy.config, "max_position_embeddings", 2048)
     export = (
@@ -82,9 +76,14 @@ def serve_policy(
         if train_every
         else ""
     )
+    served = (
+        f"as a team: 'model' names the role, one of {', '.join(service.roles)}"
+        if service.roles
+        else f"as model {service.model_name!r}"
+    )
     print(
         f"serving {cfg.model.name} ({cfg.algo.name}) on http://{host}:{port}/v1 "
-        f"as model {service.model_name!r}; episodes -> {export}{training}",
+        f"{served}; episodes -> {export}{training}",
         flush=True,
     )
     uvicorn.run(create_app(service, token), host=host, port=port, log_level=log_level)

@@ -38,7 +38,6 @@ EPISODE_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and ignored: they do not change what is sampled.
 IGNORED_FIELDS = {
-    "model",
     "user",
     "metadata",
     "store",
@@ -103,6 +102,8 @@ class ChatRequest:
     seed: int | None = None
     logprobs: bool = False
     episode_id: str | None = None
+    model: str | None = None
+    """The `model` the client named: a team server's role (policy_server.py); others ignore it."""
 
     def sampling(self, default_max_tokens: int) -> SamplingParams:
         stops = list(self.stop) + ([TOOL_CALL_END] if self.tools and self.call_tools else [])
@@ -259,7 +260,7 @@ def parse_chat_request(raw: bytes, header_episode: str | None = None) -> ChatReq
     body = load_body(raw)
     if not isinstance(body, dict):
         raise ApiError("body must be a JSON object")
-    unknown = sorted(set(body) - IGNORED_FIELDS - set(OFF_VALUES) - SAMPLING_FIELDS)
+    unknown = sorted(set(body) - IGNORED_FIELDS - set(OFF_VALUES) - SAMPLING_FIELDS - {"model"})
     if unknown:
         raise ApiError(f"unsupported field(s): {', '.join(unknown)}", param=unknown[0])
     for key, allowed in OFF_VALUES.items():
@@ -287,6 +288,9 @@ def parse_chat_request(raw: bytes, header_episode: str | None = None) -> ChatReq
         raise ApiError("only tool_choice 'auto' or 'none' is supported", param="tool_choice")
     if not isinstance(body.get("logprobs", False), bool):
         raise ApiError("'logprobs' must be true or false", param="logprobs")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(f"'model' must be a string, got {model!r}", param="model")
     return ChatRequest(
         messages=_messages(body.get("messages")),
         tools=_tools(body.get("tools")),
@@ -298,6 +302,7 @@ def parse_chat_request(raw: bytes, header_episode: str | None = None) -> ChatReq
         seed=seed,
         logprobs=bool(body.get("logprobs", False)),
         episode_id=episode_id_of(body, header_episode),
+        model=model,
     )
 
 

@@ -20,6 +20,13 @@ first call); when a batch fails, each of its calls is retried alone, so one bad 
 only itself. Malformed input gets a 4xx with an OpenAI-style error body: every field is
 validated before it reaches generation (serving/openai_api.py).
 
+A team (a run with model.role_policies adapters or models, or model.name an exported team) is
+served as one endpoint: the request's `model` names the role to answer as (GET /v1/models lists
+them), each role is generated with its own policy (`rollout/roles.py generating_as`) in batches
+of its own calls, and each role's conversation is an episode of its own whose samples carry
+the role, so training updates each role's policy from its own episodes only (the learner's
+role micro-batches) and groups form within a role.
+
 The servers' shared guard (tools/http_guard.py) sits in front of every route: a server bound to
 a non-loopback address needs a bearer token (`--auth-token` or $AGENTIC_RL_API_TOKEN; OpenAI
 clients send it as their `api_key`) and refuses to start without one; the body size is checked
@@ -47,6 +54,8 @@ import torch
 
 from agentic_rl.checkpoint.export import save_model
 from agentic_rl.learner.batch import Episodes
+from agentic_rl.model.roles import role_policies
+from agentic_rl.rollout.roles import generating_as
 from agentic_rl.scale.async_rollout import check_stale_correction
 from agentic_rl.serving.batching import GenerationQueue, ServeLimits
 from agentic_rl.serving.export import JsonlWriter, trajectory_record
@@ -173,6 +182,9 @@ class PolicyService:
         self.generator = generator
         self.tokenizer = tokenizer
         self.model_name = model_name
+        model = setup.policy if setup is not None else getattr(generator, "model", None)
+        self.roles = role_policies(model) if model is not None else ()
+        """A team's roles (the `model` a request names); () for one policy."""
         self.limits = limits or ServeLimits()
         self.keep_finished = keep_finished or bool(train_every)
         self.group_size = group_size
@@ -205,16 +217,32 @@ class PolicyService:
         return cls(setup.generator, setup.tokenizer, setup=setup, **kwargs)
 
     def _generate(
-        self, prompts: Sequence[list[int]], params: Sequence[SamplingParams]
+        self, prompts: Sequence[list[int]], params: Sequence[SamplingParams], role: str = ""
     ) -> list[tuple[Completion, int]]:
-        with self.model_lock:
+        with self.model_lock, generating_as(self.generator, role):
             version = self.policy_version
             return [(c, version) for c in self.generator.generate(prompts, list(params))]
+
+    def role_of(self, request: Any) -> str:
+        """The role a team server answers as: the request's `model`, one of `roles` ("" for a
+        server of one policy, which ignores `model`)."""
+        if not self.roles:
+            return ""
+        if request.model in self.roles:
+            return str(request.model)
+        named = "names no role" if request.model is None else f"is {request.model!r}"
+        raise ApiError(
+            f"this server plays a team: 'model' names the role to answer as, one of "
+            f"{', '.join(self.roles)}; the request's 'model' {named}",
+            404 if request.model is not None else 400,
+            param="model",
+        )
 
     async def chat(self, raw: bytes, episode_header: str | None = None) -> dict[str, Any]:
         """One chat completion: validate, assemble the token prompt, generate, record."""
         request = parse_chat_request(raw, episode_header)
-        call = self.recorder.begin(request)
+        role = self.role_of(request)
+        call = self.recorder.begin(request, role)
         committed = False
         try:
             room = self.limits.max_context - len(call.prompt)
@@ -225,7 +253,7 @@ class PolicyService:
                     f"exceeds the context of {self.limits.max_context} tokens",
                     param="messages",
                 )
-            completion, version = await self.queue.submit(call.prompt, params)
+            completion, version = await self.queue.submit(call.prompt, params, role)
             reply = build_reply(
                 completion, request, hermes_format(request, self.tokenizer), self.tokenizer
             )
@@ -238,7 +266,7 @@ class PolicyService:
             reply,
             completion,
             self.tokenizer,
-            model=self.model_name,
+            model=role or self.model_name,
             episode_id=call.episode.episode_id,
             prompt_tokens=len(call.prompt),
             policy_version=version,
@@ -394,6 +422,7 @@ def create_app(service: PolicyService, token: str | None = None) -> Any:
         return {
             "status": "ok",
             "model": service.model_name,
+            **({"roles": list(service.roles)} if service.roles else {}),
             "policy_version": service.policy_version,
             "open_episodes": sum(s["status"] == "open" for s in summaries),
             "finished_episodes": len(service.recorder.finished),
@@ -406,13 +435,11 @@ def create_app(service: PolicyService, token: str | None = None) -> Any:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        entry = {
-            "id": service.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "agentic-rl",
-        }
-        return {"object": "list", "data": [entry]}
+        ids = service.roles or (service.model_name,)  # a team: one model id per role
+        entries = [
+            {"id": i, "object": "model", "created": 0, "owned_by": "agentic-rl"} for i in ids
+        ]
+        return {"object": "list", "data": entries}
 
     @app.post("/v1/chat/completions", openapi_extra=_body_openapi(CHAT_SCHEMA))
     async def chat(request: Request) -> Any:

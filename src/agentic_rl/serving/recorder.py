@@ -91,6 +91,7 @@ class EpisodeState:
     in_flight: bool = False
     samples: list[Trajectory] = field(default_factory=list)  # set when finished
     last_active: float = 0.0  # recorder clock at the latest call, commit or finish
+    role: str = ""  # a team server's role that plays this episode ("" for one policy)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -99,6 +100,7 @@ class EpisodeState:
             "segments": len(self.segments),
             "tokens": sum(len(s.token_ids) for s in self.segments),
             "group_id": self.group_id,
+            **({"role": self.role} if self.role else {}),
             **{k: int(v) for k, v in self.counts.items()},
         }
 
@@ -154,11 +156,12 @@ class EpisodeRecorder:
 
     # -- calls ----------------------------------------------------------------------------------
 
-    def begin(self, request: ChatRequest) -> PendingCall:
-        """The prompt ids of this call; raises ApiError 409 when it cannot extend its episode."""
+    def begin(self, request: ChatRequest, role: str = "") -> PendingCall:
+        """The prompt ids of this call; raises ApiError 409 when it cannot extend its episode.
+        `role`: the team role the call is generated as; an episode is played by one role."""
         with self._lock:
             self._expire()
-            episode, new_episode = self._episode_for(request)
+            episode, new_episode = self._episode_for(request, role)
             if episode.in_flight:
                 raise ApiError(f"episode {episode.episode_id!r} has a call in flight", 409)
             call = self._extend(episode, request)
@@ -195,29 +198,42 @@ class EpisodeRecorder:
             if call.new_episode:
                 self.episodes.pop(call.episode.episode_id, None)
 
-    def _episode_for(self, request: ChatRequest) -> tuple[EpisodeState, bool]:
+    def _episode_for(self, request: ChatRequest, role: str) -> tuple[EpisodeState, bool]:
         if request.episode_id is not None:
             found = self.episodes.get(request.episode_id)
             if found is not None and found.finished:
                 raise ApiError(f"episode {request.episode_id!r} is already finished", 409)
+            if found is not None and found.role != role:
+                raise ApiError(
+                    f"episode {request.episode_id!r} is played by role {found.role!r}, not "
+                    f"{role!r}: each role's conversation is an episode of its own",
+                    409,
+                    param="model",
+                )
             if found is not None:
                 return found, False
         else:
-            found = self._match_prefix(request)
+            found = self._match_prefix(request, role)
             if found is not None:
                 return found, False
         if sum(not e.finished for e in self.episodes.values()) >= self.max_open:
             expiry = f"; idle ones expire after {self.ttl_s:g} s" if self.ttl_s else ""
             raise ApiError(f"{self.max_open} episodes are open: finish or delete some{expiry}", 429)
         episode_id = request.episode_id or f"ep-{uuid.uuid4().hex[:16]}"
-        return EpisodeState(episode_id, request.tools_key(), group_id=""), True
+        return EpisodeState(episode_id, request.tools_key(), group_id="", role=role), True
 
-    def _match_prefix(self, request: ChatRequest) -> EpisodeState | None:
-        """The open episode whose recorded conversation the request extends (longest first)."""
+    def _match_prefix(self, request: ChatRequest, role: str) -> EpisodeState | None:
+        """The open episode of `role` whose recorded conversation the request extends (longest
+        first)."""
         wanted = [canonical(m) for m in request.messages]
         best, best_len = None, 0
         for ep in self.episodes.values():
-            if ep.finished or ep.in_flight or ep.tools_key != request.tools_key():
+            if (
+                ep.finished
+                or ep.in_flight
+                or ep.role != role
+                or ep.tools_key != request.tools_key()
+            ):
                 continue
             known = ep.segments[-1].messages
             if best_len < len(known) < len(wanted) and wanted[: len(known)] == known:
@@ -245,8 +261,9 @@ class EpisodeRecorder:
         seg = Segment(token_ids=list(prompt), prompt_length=len(prompt), messages=list(wanted))
         seg.loss_mask, seg.logprobs = [0] * len(prompt), [0.0] * len(prompt)
         seg.token_versions = [-1] * len(prompt)
-        if not ep.group_id:  # episodes opening with the same prompt form a GRPO group
+        if not ep.group_id:  # episodes of one role opening with the same prompt: a GRPO group
             ep.group_id = f"prompt-{zlib.crc32(str(prompt).encode()):08x}"
+            ep.group_id += f"-{ep.role}" if ep.role else ""
         return PendingCall(ep, seg, True, [], list(prompt), False)
 
     @staticmethod
@@ -344,6 +361,7 @@ class EpisodeRecorder:
                     reward=float(reward),
                     group_id=ep.group_id,
                     task_id=task_id,
+                    role=ep.role,
                     policy_version=min(seg.versions) if seg.versions else 0,
                     token_versions=list(seg.token_versions),
                     terminated=not truncated,

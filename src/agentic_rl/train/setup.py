@@ -24,9 +24,9 @@ from agentic_rl.formats.chat import ChatFormat
 from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.critic import Critic
-from agentic_rl.model.load import ValueHead, frozen_copy, load_policy
+from agentic_rl.model.load import ValueHead, frozen_copy
 from agentic_rl.model.lora import is_lora, unwrap
-from agentic_rl.model.roles import with_role_policies
+from agentic_rl.model.roles import load_role_policies
 from agentic_rl.model.tokens import check_prefix_preserving
 from agentic_rl.scale.ray_generator import RayGenerator
 from agentic_rl.scale.ray_pool import EnvPool
@@ -115,10 +115,11 @@ def build(cfg: Config) -> Setup:
     tools = env.tools
     torch.manual_seed(cfg.trainer.seed)
     device = resolve_device(cfg)  # trainer.device: the reference and critic follow the policy
-    policy, tokenizer = load_policy(cfg.model, seed=cfg.trainer.seed)
-    # model.role_policies: each role its own adapter or full copy (model/roles.py)
+    # model.role_policies: each role its own adapter, full copy or exported model (model/roles.py)
     roles = getattr(env, "roles", ())  # a single-agent env declares none
-    policy = with_role_policies(policy, cfg.model, roles, cfg.rollout.train_roles)
+    policy, tokenizer = load_role_policies(
+        cfg.model, roles, cfg.rollout.train_roles, seed=cfg.trainer.seed
+    )
     policy = policy.to(device)  # before the generator: the HF one samples with this object
     check_prefix_preserving(tokenizer)
     setup = Setup(
