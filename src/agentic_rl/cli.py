@@ -37,7 +37,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from agentic_rl.logging import counting_progress
     from agentic_rl.train.collect import eval_episodes
     from agentic_rl.train.setup import build
-    from agentic_rl.train.summary import summarize
+    from agentic_rl.train.summary import env_summary_metrics, summarize
 
     cfg = load_config(args.recipe, args.overrides)
     if args.planner:  # inference-time planning with the recipe's model (or the checkpoint's)
@@ -70,7 +70,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             chunk = tasks[start : start + size]
             episodes += eval_episodes(setup, chunk)
             advance(len(chunk))
-    result = summarize([samples[0] for samples in episodes])
+    result = summarize([samples[0] for samples in episodes], env_summary_metrics(cfg))
     source = {"checkpoint": str(path) if path is not None else None, "model": cfg.model.name}
     print(json.dumps({**source, **result}, indent=2))
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from agentic_rl.errors import UserInputError
@@ -52,6 +53,11 @@ class Env(Protocol):
     reads); an env whose answer another role reviews
     before the episode ends declares `answer_ends_episode = False` (`check_env` then does not
     expect the first answer to end it).
+
+    Scores over metrics (a benchmark's aggregates, e.g. BFCL's overall accuracies from its
+    per-category ones): the class attribute `summary_metrics`, a function `(means, episodes per
+    metric) -> {name: value}` over an evaluation's `env/` metric means, whose results join the
+    run's summary (train/summary.py `summarize`; `summary_metrics_of`).
     """
 
     tools: list[Tool]
@@ -63,6 +69,15 @@ class Env(Protocol):
     def expert_turn(self) -> str:
         """Optional: the scripted expert's next assistant turn (e.g. '<answer>42</answer>')."""
         ...
+
+
+SummaryMetrics = Callable[[Mapping[str, float], Mapping[str, float]], dict[str, float]]
+"""An env's scores over an evaluation's metric means (`Env`, "Scores over metrics")."""
+
+
+def summary_metrics_of(env: Any) -> SummaryMetrics | None:
+    """The `summary_metrics` function of `env` (an instance or a class), None without one."""
+    return getattr(env if isinstance(env, type) else type(env), "summary_metrics", None)
 
 
 def has_expert(env: Any) -> bool:

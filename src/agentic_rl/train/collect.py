@@ -43,7 +43,7 @@ from agentic_rl.rollout.tree import (
 )
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
-from agentic_rl.train.summary import summarize
+from agentic_rl.train.summary import env_summary_metrics, summarize
 from agentic_rl.types import Task, Trajectory
 
 
@@ -284,7 +284,8 @@ def collect(setup: Setup, step: int) -> tuple[Episodes, Episodes, dict[str, floa
 
 def evaluate(setup: Setup, tasks: list[Task] | None = None) -> dict[str, float]:
     """Greedy episodes on the held-out tasks: success rate, tool use, reward."""
-    return summarize([samples[0] for samples in eval_episodes(setup, tasks)])
+    episodes = eval_episodes(setup, tasks)
+    return summarize([samples[0] for samples in episodes], env_summary_metrics(setup.cfg))
 
 
 def eval_episodes(setup: Setup, tasks: list[Task] | None = None) -> list[list[Trajectory]]:

@@ -62,7 +62,13 @@ from agentic_rl.train.setup import (
     start_from_policy,
 )
 from agentic_rl.train.sft import warm_start_sft
-from agentic_rl.train.summary import advantage_metrics, print_table, run_summary, summarize
+from agentic_rl.train.summary import (
+    advantage_metrics,
+    env_summary_metrics,
+    print_table,
+    run_summary,
+    summarize,
+)
 from agentic_rl.train.task_select import apply_selection, select_train_tasks
 from agentic_rl.train.trajectory_log import StepTrajectories, TrajectoryLog
 
@@ -188,7 +194,7 @@ def train_step(
     reps = [samples[0] for samples in generated.samples]  # one per generated episode
     generated_tokens = sum(s.num_generated for samples in generated.samples for s in samples)
     rewards = generated.rewards()
-    metrics = summarize(reps)
+    metrics = summarize(reps, env_summary_metrics(setup.cfg))
     metrics.update(filter_metrics)
     metrics.update(update_metrics)
     metrics.update(
@@ -365,7 +371,7 @@ def _eval_and_log(
 ) -> dict:
     t0 = time.perf_counter()
     episodes = eval_episodes(setup)
-    result = summarize([samples[0] for samples in episodes])
+    result = summarize([samples[0] for samples in episodes], env_summary_metrics(setup.cfg))
     result["seconds"] = time.perf_counter() - t0
     if trajectories is not None:
         trajectories.write_eval(step, prefix, episodes)

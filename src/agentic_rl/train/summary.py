@@ -9,7 +9,8 @@ import torch
 from agentic_rl.algos.gigpo import step_advantages
 from agentic_rl.algos.turns import turn_group_advantages, turn_slots
 from agentic_rl.config.schema import Config
-from agentic_rl.envs.benchmarks.bfcl_score import summary_metrics as bfcl_summary_metrics
+from agentic_rl.envs.base import SummaryMetrics, summary_metrics_of
+from agentic_rl.envs.registry import env_class
 from agentic_rl.learner.batch import TrainBatch
 from agentic_rl.rollout.episode import ENV_METRIC_PREFIX
 from agentic_rl.types import Trajectory
@@ -29,14 +30,17 @@ def _env_metric(trajectories: list[Trajectory], key: str) -> float:
     return sum(values) / max(len(values), 1)
 
 
-DERIVED_METRICS = (bfcl_summary_metrics,)
-"""Scores a benchmark defines over its subset metrics (BFCL's overall accuracies from its
-per-category ones), each `(means, episodes per metric) -> metrics`; each returns {} for an
-evaluation without its metrics."""
+def env_summary_metrics(cfg: Config) -> SummaryMetrics | None:
+    """The scores the run's env defines over its metrics (its class's `summary_metrics`, e.g.
+    BFCL's overall accuracies from its per-category ones), None where it defines none."""
+    return summary_metrics_of(env_class(cfg.env.name))
 
 
-def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Episode metrics; pass one trajectory per episode (the first step in step mode)."""
+def summarize(
+    trajectories: list[Trajectory], derive: SummaryMetrics | None = None
+) -> dict[str, float]:
+    """Episode metrics; pass one trajectory per episode (the first step in step mode).
+    `derive`: the env's scores over its metric means (`env_summary_metrics`), added to them."""
     n = max(len(trajectories), 1)
     mean = lambda key: sum(t.metrics[key] for t in trajectories) / n  # noqa: E731
     env_keys = sorted(
@@ -47,7 +51,7 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     return {
         # the env's own metrics (rollout/episode.py), see `_env_metric`
         **env_metrics,
-        **{k: v for derive in DERIVED_METRICS for k, v in derive(env_metrics, episodes).items()},
+        **(derive(env_metrics, episodes) if derive is not None else {}),
         "success": mean("success"),
         "reward": sum(t.reward for t in trajectories) / n,
         "tool_calls_per_episode": mean("tool_calls"),

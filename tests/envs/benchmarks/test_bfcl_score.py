@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentic_rl.config.load import load_config
 from agentic_rl.envs.benchmarks.bfcl_score import (
     AGGREGATES,
     leaf_categories,
@@ -12,7 +13,7 @@ from agentic_rl.envs.benchmarks.bfcl_score import (
     summary_metrics,
     summary_scores,
 )
-from agentic_rl.train.summary import summarize
+from agentic_rl.train.summary import env_summary_metrics, summarize
 from agentic_rl.types import Trajectory
 
 NON_LIVE = {
@@ -111,11 +112,17 @@ def test_an_evaluations_summary_carries_bfcls_non_live_score():
     passed = {"simple_java": 1.0, "multiple": 1.0, "irrelevance": 1.0}
     episodes = [_episode(c, passed.get(c, 0.0)) for c in NON_LIVE]
     episodes.append(_episode("simple_python", 1.0))
-    summary = summarize(episodes)
+    summary = summarize(episodes, env_summary_metrics(load_config("bfcl", ["model.name=tiny"])))
     assert summary["env/accuracy@simple_python"] == 0.5
     assert summary["env/accuracy@non_live_simple_ast"] == pytest.approx((0.5 + 1 + 0) / 3)
     assert summary["env/accuracy@non_live"] == pytest.approx((0.5 + 1.0 + 0 + 0) / 4)
     assert "env/accuracy@overall" not in summary and "env/accuracy@multi_turn" not in summary
+    # the score is the BFCL envs' own (their class's summary_metrics): another env's run,
+    # or a summary with no env's scores, has none
+    calculator = env_summary_metrics(load_config("calculator_grpo", ["model.name=tiny"]))
+    for other in (summarize(episodes, calculator), summarize(episodes)):
+        assert "env/accuracy@non_live" not in other
+        assert other["env/accuracy@simple_python"] == 0.5
 
 
 def test_other_envs_subset_metrics_get_no_bfcl_score():

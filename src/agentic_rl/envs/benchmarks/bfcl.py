@@ -40,6 +40,7 @@ from agentic_rl.envs.benchmarks.bfcl_data import (
     single_turn_expert,
     single_turn_verdict,
 )
+from agentic_rl.envs.benchmarks.bfcl_score import summary_metrics as bfcl_summary_metrics
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Message, Observation, StepResult, Task
 
@@ -100,6 +101,9 @@ def opening_messages(test_entry: dict[str, Any], turn: list[Message]) -> list[Me
 class BFCLEnv:
     """BFCL single-turn function calling (simple in Python, Java and JavaScript, multiple,
     parallel, parallel_multiple, irrelevance), rewarded by BFCL's own AST checker."""
+
+    summary_metrics = staticmethod(bfcl_summary_metrics)
+    """BFCL's aggregate scores over the per-category accuracies of an evaluation."""
 
     def __init__(self, format_penalty: float = 0.1) -> None:
         self.tools: list[Tool] = []

@@ -60,6 +60,7 @@ from agentic_rl.envs.benchmarks.bfcl_data import (
     multi_turn_expert_turns,
     possible_answers,
 )
+from agentic_rl.envs.benchmarks.bfcl_score import summary_metrics as bfcl_summary_metrics
 from agentic_rl.formats.calls import USER
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import Action, Observation, StepResult, Task
@@ -92,6 +93,9 @@ def refusal(call: str, methods: set[str]) -> str | None:
 class BFCLMultiTurnEnv:
     """BFCL multi-turn function calling (base, miss_func, miss_param, long_context) against
     BFCL's API classes, rewarded by BFCL's state and response checks."""
+
+    summary_metrics = staticmethod(bfcl_summary_metrics)
+    """BFCL's aggregate scores over the per-category accuracies of an evaluation."""
 
     expert_turn_limit = 32
     """check_env's bound on the expert's turns: two per user turn (calls, then `[]`); the

@@ -32,8 +32,8 @@ multi-turn ones) `non_live_simple_ast`, `non_live` and `multi_turn` can be compu
 here), `web_search`, `memory` and `agentic` need categories no env offers, so `overall` is
 never computed.
 
-Pure arithmetic on numbers: no BFCL import, so the run summary (train/summary.py) can call it
-on any evaluation.
+Pure arithmetic on numbers: no BFCL import. The BFCL envs declare it as their
+`summary_metrics` (envs/base.py), so every evaluation of a BFCL run carries these scores.
 """
 
 from __future__ import annotations
