@@ -181,6 +181,48 @@ def held_out(run: dict[str, Any]) -> tuple[float | None, float | None]:
     return (before[-1] if before else None), (after[-1] if after else None)
 
 
+def held_out_curve(run: dict[str, Any]) -> dict[int, float]:
+    """A run's held-out success by RL step: step 0 where RL starts (`held_out`'s before), then
+    every RL evaluation."""
+    before, _ = held_out(run)
+    curve = {0: before} if before is not None else {}
+    curve.update({int(e["step"]): e["success"] for e in run["eval"] if e["split"] == "eval"})
+    return curve
+
+
+def plot_arms(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    """Held-out success against RL steps, one colour per arm: each seed thin, the mean over
+    seeds thick with the min-max band where every seed has the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=120)
+    for k, (arm, seeds) in enumerate(results.items()):
+        color = f"C{k}"
+        curves = [held_out_curve(run) for run in seeds.values()]
+        for curve in curves:
+            steps = sorted(curve)
+            ax.plot(steps, [curve[s] for s in steps], lw=0.8, alpha=0.35, color=color)
+        common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if common:
+            values = [[c[s] for c in curves] for s in common]
+            low, high = [min(v) for v in values], [max(v) for v in values]
+            ax.fill_between(common, low, high, alpha=0.15, color=color)
+            mean = [statistics.fmean(v) for v in values]
+            ax.plot(common, mean, lw=2.2, color=color, label=f"{arm} ({len(curves)} seeds)")
+    ax.set_xlabel("RL steps (0 = after the warm start)")
+    ax.set_ylabel("held-out success")
+    ax.set_title(title, fontsize=10)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def gain_summary(run: dict[str, Any]) -> dict[str, float | None]:
     """What RL added in one run: held-out success before RL and after it (`held_out`), the
     gain, that gain per million decoded tokens (what the arm spent to get it) and the mean

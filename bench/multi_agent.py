@@ -24,18 +24,20 @@ million decoded tokens. A gain is claimed over three seeds.
     .venv/bin/python bench/multi_agent.py --smoke --out /tmp/ma.json   # tiny model, seconds
 
 Writes bench/results/multi_agent.json (per arm and seed: per-step train metrics, held-out
-evaluations, the command) after every run, so a killed comparison resumes where it stopped.
+evaluations, the command) after every run, so a killed comparison resumes where it stopped, and
+multi_agent.png beside it (held-out success against RL steps per arm; `--plot` only redraws it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms import arm_parser, gain_summary, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
+from arms import arm_parser, gain_summary, plot_arms, run_arms, seed_mean  # noqa: E402  (bench/ is scripts, not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multi_agent.json"
 BUDGET = ["rollout.tasks_per_step=2", "rollout.group_size=8", "rollout.max_tokens_per_turn=48"]
@@ -98,10 +100,14 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     parser = arm_parser(__doc__.split("\n")[0], list(RECIPES), RESULTS)
     parser.add_argument("--smoke", action="store_true", help="the tiny model, a few tasks")
+    parser.add_argument("--plot", action="store_true", help="only redraw the picture")
     args = parser.parse_args(argv)
     if args.smoke:
         args.steps, args.eval_every = min(args.steps, 1), 1
-    print(table(run(args)))
+    results = json.loads(args.out.read_text())["results"] if args.plot else run(args)
+    title = "multi-agent recipes on the bundled model" if not args.smoke else "smoke"
+    plot_arms(results, args.out.with_suffix(".png"), title)
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,24 @@ def test_gain_summary_by_hand():
     assert untrained["gain_per_m_tokens"] is None and untrained["decoded_per_step"] is None
 
 
+def test_held_out_curve_starts_where_rl_starts_by_hand(tmp_path):
+    run = {
+        "eval": [
+            {"step": 0, "success": 0.0, "split": "eval_before"},
+            {"step": 0, "success": 0.4, "split": "eval_warm_start"},
+            {"step": 10, "success": 0.5, "split": "eval"},
+            {"step": 20, "success": 0.6, "split": "eval"},
+        ],
+        "train": [],
+    }
+    assert arms.held_out_curve(run) == {0: 0.4, 10: 0.5, 20: 0.6}
+    cold = {"eval": [{"step": 0, "success": 0.1, "split": "eval_before"}], "train": []}
+    assert arms.held_out_curve(cold) == {0: 0.1}
+    path = tmp_path / "arms.png"
+    arms.plot_arms({"a": {"0": run, "1": cold}, "b": {"0": run}}, path, "title")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_newer_losses_run_numbers_by_hand():
     run = {
         "eval": [

@@ -61,6 +61,11 @@ def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
     run = record["results"]["solver_verifier"]["0"]
     assert run["train"] and run["train"][0]["decoded_tokens"] > 0
     assert any(e["split"] == "eval" for e in run["eval"])
+    picture = out.with_suffix(".png")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    picture.unlink()
+    bench.main([*argv, "--out", str(out), "--plot"])  # redrawn from the file alone
+    assert picture.is_file()
     before = out.read_text()
     bench.main([*argv, "--out", str(out)])  # everything measured: nothing runs again
     assert json.loads(out.read_text())["results"] == json.loads(before)["results"]
