@@ -21,6 +21,12 @@ EXAMPLES = {
         ["--out", "{out}", "--questions", "1", "--group-size", "2", "--max-tokens", "4"],
         [r"q0-0-0: reward -?\d\.\d{3}, \d+ tool calls", r"GRPO update on 2 episodes"],
     ),
+    "byo_team.py": (
+        ["--questions", "1", "--group-size", "2", "--max-tokens", "4", "--train-roles", "verifier"],
+        [r"serving a team of roles solver, verifier", r"q0-0: solver proposed",
+         r"GRPO update on 4 episodes \(both roles\), skipped False; "
+         r"adapter moved: solver no, verifier yes"],
+    ),
     "own_levels.py": (
         ["--out", "{out}"],
         [r"sokoban-file-train-1: shortest plan 'Right Right Right'", r"check_env: ok",
@@ -42,7 +48,7 @@ EXAMPLES = {
          r"refused: image .*broken\.png is not a readable picture"],
     ),
 }  # fmt: skip
-SLOW = {"byo_agent.py"}  # starts its own policy server (also run in-process by tests/serving)
+SLOW = {"byo_agent.py", "byo_team.py"}  # start their own policy server (also run in-process by tests/serving)
 
 
 def test_every_example_is_run_here():

@@ -134,3 +134,39 @@ def test_training_on_a_roles_episodes_moves_only_that_roles_adapter(team, serve)
     assert any(
         not torch.equal(a, b) for a, b in zip(before["verifier"], after["verifier"], strict=True)
     )
+
+
+def test_a_frozen_role_acts_but_its_served_episodes_never_train(serve):
+    """rollout.train_roles=[verifier]: the solver answers with its (frozen) adapter, its
+    recorded episodes carry loss mask 0, and an update on both roles' episodes moves only the
+    verifier's adapter."""
+    cfg = load_config(
+        "solver_verifier",
+        [
+            "model.name=tiny",
+            "model.role_policies=adapters",
+            "model.lora_rank=8",
+            "optim.lr=0.05",
+            "rollout.train_roles=[verifier]",
+        ],
+    )
+    setup = build(cfg)
+    service = PolicyService.from_setup(setup, group_size=2)
+    params = {role: adapter_parameters(setup.policy, role) for role in ROLES}
+    before = {role: [p.detach().clone() for p in params[role]] for role in ROLES}
+    with serve(service) as (url, client):
+        for role in ROLES:
+            for k, reward in enumerate((1.0, 0.0)):
+                _chat(client, role, f"{role}-{k}")
+                httpx.post(
+                    f"{url}/v1/episodes/{role}-{k}/reward", json={"reward": reward}, timeout=60
+                ).raise_for_status()
+    episodes = service.take_finished()
+    masks = {s[0].role: sum(s[0].loss_mask) for s in episodes.samples}
+    assert masks["solver"] == 0 and masks["verifier"] > 0
+    update = service.train(episodes)
+    assert update["skipped_update"] == 0.0
+    for role, moved in (("solver", False), ("verifier", True)):
+        now = [p.detach() for p in params[role]]
+        changed = any(not torch.equal(a, b) for a, b in zip(before[role], now, strict=True))
+        assert changed == moved, role

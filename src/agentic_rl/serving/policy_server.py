@@ -185,6 +185,8 @@ class PolicyService:
         model = setup.policy if setup is not None else getattr(generator, "model", None)
         self.roles = role_policies(model) if model is not None else ()
         """A team's roles (the `model` a request names); () for one policy."""
+        trained = setup.cfg.rollout.train_roles if setup is not None else ()
+        frozen = tuple(r for r in self.roles if trained and r not in trained)
         self.limits = limits or ServeLimits()
         self.keep_finished = keep_finished or bool(train_every)
         self.group_size = group_size
@@ -193,6 +195,7 @@ class PolicyService:
             on_mismatch,
             group_size=group_size if self.keep_finished else 1,  # recording only: no waiting
             ttl_s=episode_ttl_s,
+            frozen_roles=frozen,
         )
         self.writer = JsonlWriter(export) if export else None
         self.setup = setup

@@ -123,7 +123,8 @@ class EpisodeRecorder:
     `group_size`: finished episodes a group needs before `take_finished` hands it out (1:
     every finished episode goes at once). `ttl_s` (0: never): idle open episodes and stalled
     incomplete groups expire after it (see the module docstring); `clock` is the time source
-    (seconds), replaceable in tests."""
+    (seconds), replaceable in tests. `frozen_roles`: a team's roles whose episodes are
+    recorded with loss mask 0 throughout (they act and never train, as in the rollout)."""
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class EpisodeRecorder:
         group_size: int = 1,
         ttl_s: float = 1800.0,
         clock: Callable[[], float] = time.monotonic,
+        frozen_roles: tuple[str, ...] = (),
     ) -> None:
         if on_mismatch not in ("reject", "split"):
             raise ValueError(f"on_mismatch must be 'reject' or 'split', got {on_mismatch!r}")
@@ -149,6 +151,7 @@ class EpisodeRecorder:
         self.group_size = group_size
         self.ttl_s = ttl_s
         self.clock = clock
+        self.frozen_roles = frozen_roles  # a team's roles that act but never train
         self.episodes: dict[str, EpisodeState] = {}
         self.finished: list[tuple[str, list[Trajectory]]] = []  # not yet taken, finish order
         self.expired = {"open": 0, "waiting": 0}  # episodes dropped by the TTL, by state
@@ -353,7 +356,10 @@ class EpisodeRecorder:
             out.append(
                 Trajectory(
                     token_ids=seg.token_ids,
-                    loss_mask=seg.loss_mask,
+                    # a frozen role (rollout.train_roles leaves it out) acts, never trains
+                    loss_mask=[0] * len(seg.loss_mask)
+                    if ep.role in self.frozen_roles
+                    else seg.loss_mask,
                     logprobs=seg.logprobs,
                     prompt_length=seg.prompt_length,
                     turn_spans=list(seg.turn_spans),
