@@ -48,7 +48,10 @@ EXAMPLES = {
          r"refused: image .*broken\.png is not a readable picture"],
     ),
 }  # fmt: skip
-SLOW = {"byo_agent.py", "byo_team.py"}  # start their own policy server (also run in-process by tests/serving)
+SLOW = {
+    "byo_agent.py",
+    "byo_team.py",
+}  # start their own policy server (also run in-process by tests/serving)
 
 
 def test_every_example_is_run_here():
