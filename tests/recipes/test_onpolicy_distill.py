@@ -60,7 +60,7 @@ def test_a_missing_teacher_fails_before_any_model_loads(tmp_path, capsys, monkey
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(setup, "load_policy", no_model)
+    monkeypatch.setattr(setup, "load_role_policies", no_model)
     out = [f"trainer.out_dir={tmp_path}", f"distill.teacher={tmp_path / 'nowhere'}"]
     assert main(["train", "onpolicy_distill", *SMOKE, *out, "--smoke"]) == 2  # a user error
     assert "distill.teacher=" in capsys.readouterr().err

@@ -163,10 +163,6 @@ def test_slow_steps_on_different_workers_overlap(cluster):
         pool.close()
 
 
-def _sleep(seconds: float) -> None:
-    time.sleep(seconds)
-
-
 def test_a_wait_reports_a_gone_cluster_long_before_its_call_timeout(cluster, monkeypatch):
     """A call being waited for checks the cluster every CLUSTER_CHECK_S: once the control store
     stops answering, the run says the cluster is gone (and which checkpoint to resume from) in
@@ -175,9 +171,14 @@ def test_a_wait_reports_a_gone_cluster_long_before_its_call_timeout(cluster, mon
     what is simulated here (the killed cluster is the slow test below); the call is real."""
     from agentic_rl.scale import ray_pool
 
-    cfg = load_config("calculator_grpo", ["ray.enabled=true", "ray.call_timeout_s=600"])
+    cfg = load_config(
+        "calculator_grpo",
+        ["ray.enabled=true", "ray.call_timeout_s=600", "env.options={step_latency_s: 30.0}"],
+    )
     pool = EnvPool(cfg)
-    slow = cluster.remote(num_cpus=0)(_sleep).remote(60)
+    (env,) = pool.make(1)
+    env.reset(make_tasks(cfg, "eval")[0], seed=0)
+    slow = env.worker.step.remote(env.key, Action(kind="answer", text="1"))  # a 30 s env step
     try:
         monkeypatch.setattr(ray_pool, "CLUSTER_CHECK_S", 0.5)
         # A live cluster: the slices add up to the call timeout, then the worker counts as lost.
@@ -195,7 +196,6 @@ def test_a_wait_reports_a_gone_cluster_long_before_its_call_timeout(cluster, mon
         assert time.monotonic() - start < 10, "the gone cluster was not noticed while waiting"
         assert pool.cluster_lost
     finally:
-        cluster.cancel(slow, force=True)
         pool.cluster_lost = False  # the cluster is alive: let close stop the workers
         monkeypatch.undo()
         pool.close()
