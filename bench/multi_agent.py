@@ -9,6 +9,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       48 tokens each (the team: up to 10 conversations of 48 tokens), so both
                       arms may decode at most 480 tokens an episode and 7,680 a step
   * solver_verifier   recipe solver_verifier: a LoRA adapter per role, GRPO grouped per role
+  * solver_verifier_solver_term  the same with the solver's own term on (env.options.
+                      solver_reward=0.5 per correct proposal, whatever the verdict): the remedy
+                      for the reject-everything trap one seed of solver_verifier fell into
   * solver_verifier_models  the same with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
@@ -45,6 +48,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "planner_executor": ("planner_executor", [*BUDGET, "rollout.max_turns=10"]),
     "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
     "solver_verifier": ("solver_verifier", []),
+    "solver_verifier_solver_term": ("solver_verifier", ["env.options.solver_reward=0.5"]),
     "debate": ("debate", []),
     "solver_verifier_models": (
         "solver_verifier",

@@ -13,6 +13,7 @@ from agentic_rl.envs.multiagent.solver_verifier import (
 from agentic_rl.formats.chat import TagFormat
 
 VERIFIER_REWARD = role_reward_key(VERIFIER)
+SOLVER_REWARD = role_reward_key(SOLVER)
 
 
 def play_expert(env, task):
@@ -79,6 +80,25 @@ def test_rewards_team_outcome_and_the_verifiers_own_term():
     end = env.step(fmt.parse("<verdict>reject</verdict>", "stop"))
     assert end.terminated and end.reward == 0.0 and end.info[VERIFIER_REWARD] == 0.0
     assert end.info["attempts"] == 2.0
+
+
+def test_the_solvers_own_term_pays_each_correct_proposal_whatever_the_verdict():
+    task = make_calculator_tasks("train", 1, seed=0)[0]
+    gold = task.answers[0]
+    env = SolverVerifierEnv(max_attempts=2, solver_reward=0.25)
+    fmt = TagFormat(env.tools)
+    env.reset(task, seed=0)
+    wrong = env.step(fmt.parse(f"<answer>{int(gold) + 1}</answer>", "stop"))
+    assert wrong.info[SOLVER_REWARD] == 0.0
+    env.step(fmt.parse("<verdict>reject</verdict>", "stop"))
+    right = env.step(fmt.parse(f"<answer>{gold}</answer>", "stop"))
+    assert right.info[SOLVER_REWARD] == 0.25
+    end = env.step(fmt.parse("<verdict>reject</verdict>", "stop"))  # wrongly rejected
+    assert end.terminated and end.reward == 0.0  # the team fails; the solver's term stays
+    # off by default: no solver term at all (the recipe as first measured)
+    env = SolverVerifierEnv()
+    env.reset(task, seed=0)
+    assert SOLVER_REWARD not in env.step(fmt.parse(f"<answer>{gold}</answer>", "stop")).info
 
 
 def test_bad_replies_are_data():

@@ -15,7 +15,12 @@ proposal was rejected), is every sample's step reward at the end. The verifier h
 term, `verifier_reward` for each correct verdict (accepting a correct answer or rejecting a
 wrong one), reported as `env/verifier_reward` (`role_reward_key`): it is
 added to the verifier's samples' rewards on top of the team's, and acts on their advantages
-with algo.role_groups (each role normalised within its own (task group x role) bucket).
+with algo.role_groups (each role normalised within its own (task group x role) bucket). The
+solver may have one too, `solver_reward` for each correct proposal whatever the verdict
+(`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
+sees the team's 0 on every sample and gets no signal, which is the trap one of three seeds fell
+into (docs/recipes/solver_verifier.md); with it the solver keeps learning, and a better solver
+makes accepting pay the verifier again.
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
 its role, so each role's turns are its own token-native samples; with model.role_policies
@@ -74,6 +79,7 @@ class SolverVerifierEnv:
         self,
         max_attempts: int = 2,
         verifier_reward: float = 0.5,
+        solver_reward: float = 0.0,
         format_penalty: float = 0.1,
         expert_mistakes: float = 0.25,
     ) -> None:
@@ -83,6 +89,7 @@ class SolverVerifierEnv:
             raise ValueError(f"expert_mistakes must be in [0, 1], got {expert_mistakes}")
         self.max_attempts = max_attempts
         self.verifier_reward = verifier_reward
+        self.solver_reward = solver_reward
         self.format_penalty = format_penalty
         self.expert_mistakes = expert_mistakes
         self.tools = [CALC_TOOL, VERDICT_TOOL]
@@ -145,7 +152,11 @@ class SolverVerifierEnv:
             return self._invalid(action.error or "the solver writes <calc> once, then <answer>")
         self.proposals.append(action.text.strip())
         self.phase, self.calc = "verify", ""
-        return StepResult(self._verifier(), 0.0, info={"proposals": 1.0})
+        info = {"proposals": 1.0}
+        if self.solver_reward:  # the solver's own term: a correct proposal, whatever the verdict
+            correct = float(self._is_correct(self.proposals[-1]))
+            info[role_reward_key(SOLVER)] = self.solver_reward * correct
+        return StepResult(self._verifier(), 0.0, info=info)
 
     def _verify_step(self, action: Action) -> StepResult:
         assert self.task is not None
