@@ -191,29 +191,45 @@ def held_out_curve(run: dict[str, Any]) -> dict[int, float]:
 
 
 def plot_arms(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
-    """Held-out success against RL steps, one colour per arm: each seed thin, the mean over
-    seeds thick with the min-max band where every seed has the step."""
+    """Held-out success against RL steps, one colour per arm (`plot_curves`)."""
+    groups = {}
+    for arm, seeds in results.items():
+        groups[f"{arm} ({len(seeds)} seeds)"] = [held_out_curve(run) for run in seeds.values()]
+    plot_curves(groups, path, title, "held-out success")
+
+
+def plot_curves(
+    groups: dict[str, list[dict[int, float]]],
+    path: Path,
+    title: str,
+    ylabel: str,
+    seed_names: list[str] | None = None,
+) -> None:
+    """A metric in [0, 1] against RL steps, one colour per group (the mean's label -> each seed's
+    curve, step -> value): each seed thin (in the legend when `seed_names` names them), the mean
+    over seeds thick, with the min-max band, on the steps every seed has."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=120)
-    for k, (arm, seeds) in enumerate(results.items()):
+    for k, (label, curves) in enumerate(groups.items()):
         color = f"C{k}"
-        curves = [held_out_curve(run) for run in seeds.values()]
-        for curve in curves:
+        names = seed_names or [None] * len(curves)
+        for curve, name in zip(curves, names, strict=True):
             steps = sorted(curve)
-            ax.plot(steps, [curve[s] for s in steps], lw=0.8, alpha=0.35, color=color)
+            style = {"alpha": 0.5, "label": name} if name else {"alpha": 0.35, "color": color}
+            ax.plot(steps, [curve[s] for s in steps], lw=0.8, **style)
         common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if common:
             values = [[c[s] for c in curves] for s in common]
             low, high = [min(v) for v in values], [max(v) for v in values]
             ax.fill_between(common, low, high, alpha=0.15, color=color)
             mean = [statistics.fmean(v) for v in values]
-            ax.plot(common, mean, lw=2.2, color=color, label=f"{arm} ({len(curves)} seeds)")
+            ax.plot(common, mean, lw=2.2, color=color, label=label)
     ax.set_xlabel("RL steps (0 = after the warm start)")
-    ax.set_ylabel("held-out success")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)

@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import RunStopped, machine, run_one, step_records  # noqa: E402  (bench/ is scripts, not a package)
+from arms import plot_curves  # noqa: E402  (bench/ is scripts, not a package)
+from recipe_runs import RunStopped, machine, run_one, step_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "learning"
@@ -331,32 +332,14 @@ def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Held-out metric against RL steps: each seed thin, the mean thick, the min-max band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=120)
     curves = [dict((int(s), v) for s, v in seed["curve"]) for seed in result["seeds"]]
-    for seed, curve in zip(result["seeds"], curves, strict=True):
-        steps = sorted(curve)
-        ax.plot(steps, [curve[s] for s in steps], lw=0.8, alpha=0.5, label=f"seed {seed['seed']}")
-    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-    if common:
-        values = [[c[s] for c in curves] for s in common]
-        ax.fill_between(
-            common, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color="C0"
-        )
-        ax.plot(common, [statistics.mean(v) for v in values], lw=2.2, color="C0", label="mean")
-    ax.set_xlabel("RL steps (0 = after the warm start)")
-    ax.set_ylabel(f"held-out {result['metric']} ({result['held_out_tasks']} tasks)")
-    ax.set_title(f"{result['key']}: {result['recipe']}", fontsize=10)
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plot_curves(
+        {"mean": curves},
+        path,
+        f"{result['key']}: {result['recipe']}",
+        f"held-out {result['metric']} ({result['held_out_tasks']} tasks)",
+        seed_names=[f"seed {seed['seed']}" for seed in result["seeds"]],
+    )
 
 
 def main() -> None:

@@ -18,6 +18,14 @@ import arms  # noqa: E402
 import newer_losses  # noqa: E402
 
 
+EVALS = [  # a run's held-out evaluations: before, after the warm start, then RL steps 10 and 20
+    {"step": 0, "success": 0.0, "split": "eval_before"},
+    {"step": 0, "success": 0.4, "split": "eval_warm_start"},
+    {"step": 10, "success": 0.5, "split": "eval"},
+    {"step": 20, "success": 0.6, "split": "eval"},
+]
+
+
 def test_arm_summary_means_over_seeds_by_hand():
     rows = [{"success": 0.8, "gain": None}, {"success": 0.9, "gain": 0.1}, {"success": 0.7}]
     summary = arms.arm_summary(rows)
@@ -38,12 +46,7 @@ def test_arm_summary_means_over_seeds_by_hand():
 
 def test_gain_summary_by_hand():
     run = {
-        "eval": [
-            {"step": 0, "success": 0.0, "split": "eval_before"},
-            {"step": 0, "success": 0.4, "split": "eval_warm_start"},
-            {"step": 10, "success": 0.5, "split": "eval"},
-            {"step": 20, "success": 0.6, "split": "eval"},
-        ],
+        "eval": EVALS,
         "train": [{"decoded_tokens": 30_000.0}, {"decoded_tokens": 70_000.0}, {"step": 3}],
     }
     numbers = arms.gain_summary(run)
@@ -57,15 +60,7 @@ def test_gain_summary_by_hand():
 
 
 def test_held_out_curve_starts_where_rl_starts_by_hand(tmp_path):
-    run = {
-        "eval": [
-            {"step": 0, "success": 0.0, "split": "eval_before"},
-            {"step": 0, "success": 0.4, "split": "eval_warm_start"},
-            {"step": 10, "success": 0.5, "split": "eval"},
-            {"step": 20, "success": 0.6, "split": "eval"},
-        ],
-        "train": [],
-    }
+    run = {"eval": EVALS, "train": []}
     assert arms.held_out_curve(run) == {0: 0.4, 10: 0.5, 20: 0.6}
     cold = {"eval": [{"step": 0, "success": 0.1, "split": "eval_before"}], "train": []}
     assert arms.held_out_curve(cold) == {0: 0.1}
