@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import arms  # noqa: E402
 import newer_losses  # noqa: E402
 
-
 EVALS = [  # a run's held-out evaluations: before, after the warm start, then RL steps 10 and 20
     {"step": 0, "success": 0.0, "split": "eval_before"},
     {"step": 0, "success": 0.4, "split": "eval_warm_start"},

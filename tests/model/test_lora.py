@@ -91,12 +91,13 @@ def test_reference_is_the_base_model_with_the_adapter_off():
     torch.testing.assert_close(after, adapted, atol=0, rtol=0)  # and is back on afterwards
 
 
-def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
-    """No frozen copy under LoRA, and prepare_batch's reference logprobs are the base model's
-    (they would equal the policy's if the adapter were not switched off)."""
+def kl_reference_logprobs(tmp_path, warm_start_tasks):
+    """A LoRA KL run's setup; its adapter moved (as a warm start would, then start_from_policy
+    as the trainer calls it after one), then prepare_batch's reference logprobs of a two-episode
+    batch, with the base model's and the adapted policy's logprobs of the same tokens."""
     from agentic_rl.learner.batch import Episodes
     from agentic_rl.train.batch import prepare_batch
-    from agentic_rl.train.setup import build
+    from agentic_rl.train.setup import build, start_from_policy
     from agentic_rl.types import Task, Trajectory
 
     cfg = load_config(
@@ -104,14 +105,14 @@ def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
         [
             "model.name=tiny",
             "model.lora_rank=4",
-            "warm_start.num_tasks=0",
+            f"warm_start.num_tasks={warm_start_tasks}",
             "algo.kl_coef=0.05",
             f"trainer.out_dir={tmp_path}",
         ],
         smoke=True,
     )
     setup = build(cfg)
-    assert setup.reference is None and is_lora(setup.policy)
+    assert is_lora(setup.policy)
     assert setup.generator.model is unwrap(setup.policy)  # HF generation through the adapter
     ids = setup.tokenizer("Q: 2 + 3? A: <calc>2+3</calc> so 5")["input_ids"]
     samples = [
@@ -124,6 +125,7 @@ def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
     ]
     episodes = Episodes(samples, [Task("t", "q")] * 2)
     perturb_adapter(setup.policy)
+    start_from_policy(setup)
     batch = prepare_batch(setup, episodes)
     base, _ = load_policy(ModelConfig(name="tiny"), seed=cfg.trainer.seed)
     with torch.no_grad():
@@ -131,8 +133,28 @@ def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
         adapted, _, _ = token_logprobs(setup.policy, batch.input_ids, batch.attention_mask)
     mask = batch.loss_mask > 0
     assert mask.any()
-    torch.testing.assert_close(batch.ref_logprobs[mask], expected[mask], atol=1e-5, rtol=0)
-    assert (batch.ref_logprobs[mask] - adapted[mask]).abs().max() > 1e-3
+    return setup, batch.ref_logprobs[mask], expected[mask], adapted[mask]
+
+
+def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
+    """No frozen copy under LoRA without a warm start, and prepare_batch's reference logprobs
+    are the base model's (they would equal the policy's if the adapter were not switched off)."""
+    setup, reference, base, adapted = kl_reference_logprobs(tmp_path, 0)
+    assert setup.reference is None
+    torch.testing.assert_close(reference, base, atol=1e-5, rtol=0)
+    assert (reference - adapted).abs().max() > 1e-3
+
+
+def test_after_a_warm_start_the_lora_reference_is_the_warm_started_policy(tmp_path):
+    """With a warm start the adapter moves before RL: the KL reference is then a frozen copy of
+    the adapted model set to the warm-started weights, so KL pulls toward the warm start, not
+    back to the base (which the adapter-off policy would)."""
+    setup, reference, base, adapted = kl_reference_logprobs(tmp_path, 2)
+    assert setup.reference is not None and not any(
+        p.requires_grad for p in setup.reference.parameters()
+    )
+    torch.testing.assert_close(reference, adapted, atol=1e-5, rtol=0)
+    assert (reference - base).abs().max() > 1e-3
 
 
 def test_hf_generator_samples_from_the_adapted_policy(tokenizer):
@@ -227,7 +249,6 @@ def test_bad_lora_targets_are_a_clear_error():
         (["model.lora_rank=-1"], "lora_rank must be >= 0"),
         (["model.lora_rank=4", "model.lora_targets=q_proj"], "list of layer names"),
         (["model.lora_rank=4", "model.lora_alpha=0"], "lora_alpha must be > 0"),
-        (["model.lora_rank=4", "algo.kl_coef=0.1"], "warm start"),
     ],
 )
 def test_lora_config_errors(overrides, message):
@@ -285,3 +306,31 @@ def test_smoke_recipe_trains_only_the_adapter_and_resumes(tmp_path):
     # The optimizer only ever held the adapter: one state per LoRA tensor, none for the base.
     opt = torch.load(last / "optimizer.pt", weights_only=True)["optimizer"]
     assert len(opt["state"]) == len(adapter_state(trained)) < len(list(trained.parameters()))
+
+
+@pytest.mark.slow
+def test_a_warm_started_lora_reference_is_checkpointed_and_a_resumed_run_matches(tmp_path):
+    """LoRA + warm start + KL end to end: the frozen reference is saved with the checkpoint and
+    comes back on resume, so a run stopped after step 1 and resumed ends with the adapter of an
+    uninterrupted run, bit for bit (same path, same seeds)."""
+    from safetensors.torch import load_file
+
+    from agentic_rl.checkpoint.layout import latest_checkpoint
+    from agentic_rl.train.loop import train
+
+    def run(out, steps):
+        overrides = ["model.name=tiny", "model.lora_rank=4", "algo.kl_coef=0.05"]
+        overrides += ["trainer.progress=false", "trainer.eval_before=false"]
+        overrides += [f"trainer.out_dir={out}", "trainer.run_name=r", f"trainer.steps={steps}"]
+        train(load_config("calculator_grpo", overrides, smoke=True))
+        return out / "r"
+
+    first = run(tmp_path / "a", 1)
+    assert (first / "checkpoints" / "step_000001" / "reference.safetensors").is_file()
+    run(tmp_path / "a", 2)  # resumes at step 1: the reference comes back from the checkpoint
+    uninterrupted = run(tmp_path / "b", 2)
+    adapter = ADAPTER_DIR + "/adapter_model.safetensors"
+    resumed = load_file(str(latest_checkpoint(first) / adapter))
+    straight = load_file(str(latest_checkpoint(uninterrupted) / adapter))
+    assert resumed.keys() == straight.keys()
+    assert all(torch.equal(resumed[k], straight[k]) for k in resumed)

@@ -113,6 +113,24 @@ def test_each_role_computes_with_its_own_adapter_and_the_reference_with_none():
     torch.testing.assert_close(ref, plain * batch.loss_mask)
 
 
+def test_a_frozen_copy_of_a_role_policy_scores_each_row_with_that_roles_adapter():
+    """The KL reference after a warm start (train/setup.py: a frozen copy of the adapted model)
+    keeps every role's adapter: its batched pass gives each row its role's warm-started
+    policy, not the base."""
+    from agentic_rl.model.load import frozen_copy
+
+    policy, tokenizer = role_policy()
+    reference = frozen_copy(policy)
+    rows = [sample(tokenizer, "the answer is 42", r, "g") for r in ("verifier", "solver")]
+    batch = collate(rows, tokenizer.pad_token_id)
+    want, _ = forward_no_grad(policy, batch, chunk=64, micro=8)
+    got, _ = forward_no_grad(reference, batch, chunk=64, micro=8)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    with adapter_disabled(policy):
+        base, _ = forward_no_grad(policy, batch, chunk=64, micro=8)
+    assert (got - base).abs().max() > 1e-3
+
+
 def grpo_update(policy, tokenizer, rewards, overrides=()):
     """One GRPO update on two groups' samples of both roles with the given rewards."""
     cfg = load_config(

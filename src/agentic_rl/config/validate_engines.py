@@ -51,12 +51,6 @@ def _validate_lora_and_backend(cfg: Config) -> None:
             raise ConfigError(f"model.lora_targets must be a list of layer names, got {targets!r}")
         if model.lora_alpha <= 0:
             raise ConfigError(f"model.lora_alpha must be > 0, got {model.lora_alpha}")
-        if cfg.warm_start.num_tasks > 0 and cfg.algo.kl_coef > 0:
-            raise ConfigError(
-                "model.lora_rank > 0 with warm_start.num_tasks > 0 and algo.kl_coef > 0: the LoRA "
-                "reference is the base model with the adapter off, which would not include the "
-                "warm start; set algo.kl_coef=0, or warm-start in a separate full-tuning run"
-            )
     if cfg.rollout.backend == "vllm":
         _unused(cfg, ["rollout.mixed_precision"], "vLLM computes in vllm.dtype")
         _unused(cfg, ["rollout.compiled_decode"], "vLLM runs its own compiled engine")

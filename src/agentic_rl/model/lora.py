@@ -4,8 +4,9 @@ With `model.lora_rank > 0` the policy is a `peft.PeftModel` whose base weights a
 whose adapters (Hu et al. 2021, W x + (alpha / r) B A x, B initialised to 0) are the only
 trainable parameters. Consequences used across the package:
 
-- the reference policy is the same object with the adapter switched off (`adapter_disabled`),
-  never a second copy of the weights;
+- the KL reference policy is the same object with the adapter switched off
+  (`adapter_disabled`), no second copy of the weights, unless a warm start moved the adapter
+  before RL: then it is a frozen copy of the adapted model (train/setup.py);
 - checkpoints and weight syncs to a separate generator carry the adapter only
   (`adapter_state`, `save_adapter`): the frozen base is rebuilt from `model.name`;
 - with `model.role_policies=adapters` (multi-agent envs) the one frozen base carries a named

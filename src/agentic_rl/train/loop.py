@@ -60,6 +60,7 @@ from agentic_rl.train.setup import (
     run_dir,
     set_learning_rate,
     start_from_policy,
+    trains_before_rl,
 )
 from agentic_rl.train.sft import warm_start_sft
 from agentic_rl.train.summary import (
@@ -330,7 +331,7 @@ def checkpoint_modules(setup: Setup) -> dict[str, nn.Module]:
     extra: dict[str, nn.Module] = {}
     if setup.value_head is not None:
         extra["value_head" if cfg.algo.critic == "shared" else "critic"] = setup.value_head
-    if setup.reference is not None and (cfg.warm_start.num_tasks > 0 or cfg.dpo.failure_tasks > 0):
+    if setup.reference is not None and trains_before_rl(cfg):
         extra["reference"] = setup.reference
     return extra
 

@@ -132,7 +132,12 @@ def build(cfg: Config) -> Setup:
         eval_tasks=eval_tasks,
         device=device,
     )
-    if cfg.algo.kl_coef > 0 and not is_lora(policy):  # LoRA: the adapter-off policy instead
+    if cfg.algo.kl_coef > 0 and (not is_lora(policy) or trains_before_rl(cfg)):
+        # LoRA: the reference is the adapter-off base (no second copy of the weights), unless a
+        # stage before RL moves the adapter: KL to the base would then pull the policy back past
+        # its warm start, so the reference is a frozen copy of the whole adapted model, set to
+        # the warm-started weights by start_from_policy. It costs a second copy of the base; a
+        # frozen reference adapter on the one base would not (not done).
         setup.reference = frozen_copy(policy)  # role models: each role's reference is its own
     if cfg.distill.teacher:  # on-policy distillation (train/distill.py)
         setup.teacher = load_teacher(cfg, tokenizer, device)
@@ -143,6 +148,13 @@ def build(cfg: Config) -> Setup:
     if cfg.ray.enabled:  # envs (and the generator) on Ray actors; Ray is imported only here
         attach_ray(setup)
     return setup
+
+
+def trains_before_rl(cfg: Config) -> bool:
+    """Whether the policy's weights move before RL (a warm start, failure DPO), so that the KL
+    reference and a separate critic must start from them (`start_from_policy`) and a checkpoint
+    must hold the reference (it cannot be rebuilt from model.name)."""
+    return cfg.warm_start.num_tasks > 0 or cfg.dpo.failure_tasks > 0
 
 
 def start_from_policy(setup: Setup) -> None:
