@@ -12,6 +12,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
   * solver_verifier_solver_term  the same with the solver's own term on (env.options.
                       solver_reward=0.5 per correct proposal, whatever the verdict): the remedy
                       for the reject-everything trap one seed of solver_verifier fell into
+  * solver_verifier_mean_credit  the solver's own term and the verifier's term as the fraction
+                      of its verdicts that were right (env.options.verdict_credit=mean), so that
+                      a rejection, which opens another verdict, earns no more than accepting
   * solver_verifier_models  the same with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
@@ -49,6 +52,10 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
     "solver_verifier": ("solver_verifier", []),
     "solver_verifier_solver_term": ("solver_verifier", ["env.options.solver_reward=0.5"]),
+    "solver_verifier_mean_credit": (
+        "solver_verifier",
+        ["env.options.solver_reward=0.5", "env.options.verdict_credit=mean"],
+    ),
     "debate": ("debate", []),
     "solver_verifier_models": (
         "solver_verifier",

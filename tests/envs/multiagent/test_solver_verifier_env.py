@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentic_rl.envs.base import check_env
 from agentic_rl.envs.math.calculator import make_calculator_tasks
 from agentic_rl.envs.multiagent import role_reward_key
@@ -99,6 +101,36 @@ def test_the_solvers_own_term_pays_each_correct_proposal_whatever_the_verdict():
     env = SolverVerifierEnv()
     env.reset(task, seed=0)
     assert SOLVER_REWARD not in env.step(fmt.parse(f"<answer>{gold}</answer>", "stop")).info
+
+
+def verifier_terms(credit, proposals_and_verdicts):
+    """The verifier's term at each verdict of one episode (a proposal is "gold" or "wrong")."""
+    task = make_calculator_tasks("train", 1, seed=0)[0]
+    gold = task.answers[0]
+    env = SolverVerifierEnv(max_attempts=2, verifier_reward=0.5, verdict_credit=credit)
+    fmt = TagFormat(env.tools)
+    env.reset(task, seed=0)
+    terms = []
+    for proposal, verdict in proposals_and_verdicts:
+        answer = gold if proposal == "gold" else str(int(gold) + 1)
+        env.step(fmt.parse(f"<answer>{answer}</answer>", "stop"))
+        result = env.step(fmt.parse(f"<verdict>{verdict}</verdict>", "stop"))
+        terms.append(result.info[VERIFIER_REWARD])
+    return terms
+
+
+def test_verdict_credit_sum_pays_every_right_verdict_and_mean_pays_the_fraction_right():
+    # a wrong proposal rightly rejected, then a correct one wrongly rejected: 1 of 2 verdicts right
+    assert verifier_terms("sum", [("wrong", "reject"), ("gold", "reject")]) == [0.5, 0.0]
+    mean = verifier_terms("mean", [("wrong", "reject"), ("gold", "reject")])
+    assert mean == [0.5, -0.25] and sum(mean) == 0.5 * 1 / 2
+    # a rightly rejected wrong proposal, then a rightly accepted one: "sum" pays two verdicts,
+    # "mean" the same 0.5 as accepting a right answer at once (a rejection earns no more)
+    assert verifier_terms("sum", [("wrong", "reject"), ("gold", "accept")]) == [0.5, 0.5]
+    assert verifier_terms("mean", [("wrong", "reject"), ("gold", "accept")]) == [0.5, 0.0]
+    assert verifier_terms("mean", [("gold", "accept")]) == [0.5]
+    with pytest.raises(ValueError, match="verdict_credit"):
+        SolverVerifierEnv(verdict_credit="max")
 
 
 def test_bad_replies_are_data():

@@ -15,7 +15,14 @@ proposal was rejected), is every sample's step reward at the end. The verifier h
 term, `verifier_reward` for each correct verdict (accepting a correct answer or rejecting a
 wrong one), reported as `env/verifier_reward` (`role_reward_key`): it is
 added to the verifier's samples' rewards on top of the team's, and acts on their advantages
-with algo.role_groups (each role normalised within its own (task group x role) bucket). The
+with algo.role_groups (each role normalised within its own (task group x role) bucket). A role's
+term is summed over the episode (rollout/roles.py), so with `verdict_credit="sum"` (as first
+measured) every rejection, which opens another verdict, can earn the term again: a verifier
+that rejects everything earns up to `max_attempts` x `verifier_reward` on a weak solver's
+episodes, and accepting a right answer at once earns it once. `verdict_credit="mean"` reports
+the term so that its episode sum is `verifier_reward` x the fraction of the verifier's verdicts
+that were right (each verdict adds the change of that running mean), so a rejection earns no
+more than an acceptance. The
 solver may have one too, `solver_reward` for each correct proposal whatever the verdict
 (`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
 sees the team's 0 on every sample and gets no signal, which is the trap one of three seeds fell
@@ -80,16 +87,20 @@ class SolverVerifierEnv:
         max_attempts: int = 2,
         verifier_reward: float = 0.5,
         solver_reward: float = 0.0,
+        verdict_credit: str = "sum",
         format_penalty: float = 0.1,
         expert_mistakes: float = 0.25,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if verdict_credit not in ("sum", "mean"):
+            raise ValueError(f"verdict_credit must be 'sum' or 'mean', got {verdict_credit!r}")
         if not 0.0 <= expert_mistakes <= 1.0:
             raise ValueError(f"expert_mistakes must be in [0, 1], got {expert_mistakes}")
         self.max_attempts = max_attempts
         self.verifier_reward = verifier_reward
         self.solver_reward = solver_reward
+        self.verdict_credit = verdict_credit
         self.format_penalty = format_penalty
         self.expert_mistakes = expert_mistakes
         self.tools = [CALC_TOOL, VERDICT_TOOL]
@@ -97,6 +108,7 @@ class SolverVerifierEnv:
         self.phase = "solve"
         self.calc = ""  # the open conversation's calculation, "expression = result"
         self.proposals: list[str] = []  # the solver's answers so far, in order
+        self.verdicts_right: list[bool] = []  # whether each verdict so far was right
 
     # -- the conversations each role sees ---------------------------------------------------
     def _solver(self, note: str = "") -> Observation:
@@ -129,6 +141,7 @@ class SolverVerifierEnv:
     # -- the env contract -------------------------------------------------------------------
     def reset(self, task: Task, seed: int) -> Observation:
         self.task, self.phase, self.calc, self.proposals = task, "solve", "", []
+        self.verdicts_right = []
         return self._solver()
 
     def step(self, action: Action) -> StepResult:
@@ -178,7 +191,7 @@ class SolverVerifierEnv:
         correct = self._is_correct(self.proposals[-1])
         right = (decision == ACCEPT) == correct
         info = {
-            role_reward_key(VERIFIER): self.verifier_reward * float(right),
+            role_reward_key(VERIFIER): self._verdict_term(right),
             "verdict_correct": float(right),
         }
         if decision == ACCEPT or len(self.proposals) >= self.max_attempts:
@@ -187,6 +200,18 @@ class SolverVerifierEnv:
             return StepResult(None, team, terminated=True, info=info)
         self.phase, self.calc = "solve", ""
         return StepResult(self._solver(), 0.0, info=info)
+
+    def _verdict_term(self, right: bool) -> float:
+        """This verdict's share of the verifier's own term (module docstring: `verdict_credit`):
+        "sum" pays every right verdict; "mean" the change of the running fraction of right
+        verdicts, so the episode's sum is `verifier_reward` x that fraction."""
+        before = self.verdicts_right.copy()
+        self.verdicts_right.append(right)
+        if self.verdict_credit == "sum":
+            return self.verifier_reward * float(right)
+        mean = sum(self.verdicts_right) / len(self.verdicts_right)
+        previous = sum(before) / len(before) if before else 0.0
+        return self.verifier_reward * (mean - previous)
 
     def _is_correct(self, answer: str) -> bool:
         assert self.task is not None
