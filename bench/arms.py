@@ -87,7 +87,7 @@ def run_arm(
 
 def read_metrics(path: Path, train_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """A run's train metrics named in `train_keys` per step and its held-out evaluations (with
-    their prefixes), from its metrics.jsonl; empty lists for a run stopped before writing any,
+    their prefixes and the env's own metrics), from its metrics.jsonl; empty lists for a run stopped before writing any,
     and a last line cut by a kill is skipped."""
     rows = []
     for line in path.read_text().splitlines() if path.is_file() else []:
@@ -101,12 +101,19 @@ def read_metrics(path: Path, train_keys: Sequence[str]) -> dict[str, list[dict[s
         if "train/reward" in r
     ]
     evals = [
-        {"step": r["step"], "success": r[f"{p}/success"], "split": p}
+        {"step": r["step"], "success": r[f"{p}/success"], "split": p, "env": env_metrics(r, p)}
         for r in rows
         for p in EVAL_PREFIXES
         if f"{p}/success" in r
     ]
     return {"train": train, "eval": evals}
+
+
+def env_metrics(row: dict[str, Any], prefix: str) -> dict[str, float]:
+    """The env's own metrics of one evaluation (`PREFIX/env/NAME`, e.g. a role's reward term),
+    by NAME: what a reading of the held-out success needs besides it."""
+    head = f"{prefix}/env/"
+    return {k[len(head) :]: v for k, v in row.items() if k.startswith(head)}
 
 
 def run_arms(

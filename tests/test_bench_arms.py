@@ -104,7 +104,8 @@ def test_a_run_past_its_limit_is_kept_under_stopped_and_played_again(tmp_path, m
         value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in cmd if "=" in a}
         run_dir = Path(value["trainer.out_dir"]) / value["trainer.run_name"]
         run_dir.mkdir(parents=True, exist_ok=True)
-        lines = [{"step": 0, "eval_before/success": 0.1}, {"step": 1, "train/reward": 0.5}]
+        before = {"step": 0, "eval_before/success": 0.1, "eval_before/env/verifier_reward": 0.3}
+        lines = [before, {"step": 1, "train/reward": 0.5}]
         cut = '{"step": 2, "train/rew'  # the last line, cut by the kill
         (run_dir / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n" + cut)
         if timeout:
@@ -121,7 +122,9 @@ def test_a_run_past_its_limit_is_kept_under_stopped_and_played_again(tmp_path, m
     run = data["stopped"]["a"]["0"]
     assert data["results"] == {} and run["stopped_after_s"] == 5.0
     assert run["train"] == [{"step": 1, "reward": 0.5}]
-    assert run["eval"] == [{"step": 0, "success": 0.1, "split": "eval_before"}]
+    assert run["eval"] == [
+        {"step": 0, "success": 0.1, "split": "eval_before", "env": {"verifier_reward": 0.3}}
+    ]
     args.run_limit_s = 0.0
     results = arms.run_arms(args, {"a": []}, ["reward"], {})
     data = json.loads(args.out.read_text())
