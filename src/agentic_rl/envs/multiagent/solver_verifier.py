@@ -25,9 +25,9 @@ that were right (each verdict adds the change of that running mean), so a reject
 more than an acceptance. The
 solver may have one too, `solver_reward` for each correct proposal whatever the verdict
 (`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
-sees the team's 0 on every sample and gets no signal, which is the trap one of three seeds fell
-into (docs/recipes/solver_verifier.md); with it the solver keeps learning, and a better solver
-makes accepting pay the verifier again.
+sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
+kept the solver learning but did not stop the verifier's collapse (docs/recipes/
+solver_verifier.md).
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
 its role, so each role's turns are its own token-native samples; with model.role_policies
