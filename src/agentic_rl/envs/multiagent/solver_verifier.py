@@ -22,8 +22,7 @@ that rejects everything earns up to `max_attempts` x `verifier_reward` on a weak
 episodes, and accepting a right answer at once earns it once. `verdict_credit="mean"` reports
 the term so that its episode sum is `verifier_reward` x the fraction of the verifier's verdicts
 that were right (each verdict adds the change of that running mean), so a rejection earns no
-more than an acceptance. The
-solver may have one too, `solver_reward` for each correct proposal whatever the verdict
+more than an acceptance. The solver may have one too, `solver_reward` for each correct proposal whatever the verdict
 (`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
 sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
 kept the solver learning but did not stop the verifier's collapse (docs/recipes/
@@ -205,13 +204,12 @@ class SolverVerifierEnv:
         """This verdict's share of the verifier's own term (module docstring: `verdict_credit`):
         "sum" pays every right verdict; "mean" the change of the running fraction of right
         verdicts, so the episode's sum is `verifier_reward` x that fraction."""
-        before = self.verdicts_right.copy()
-        self.verdicts_right.append(right)
+        done = self.verdicts_right
+        previous = sum(done) / len(done) if done else 0.0
+        done.append(right)
         if self.verdict_credit == "sum":
             return self.verifier_reward * float(right)
-        mean = sum(self.verdicts_right) / len(self.verdicts_right)
-        previous = sum(before) / len(before) if before else 0.0
-        return self.verifier_reward * (mean - previous)
+        return self.verifier_reward * (sum(done) / len(done) - previous)
 
     def _is_correct(self, answer: str) -> bool:
         assert self.task is not None
