@@ -25,6 +25,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 MB = 2**20
 
@@ -35,6 +36,14 @@ def rss_mb(field: str = "VmRSS") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"{field} not in /proc/self/status (Linux only)")
+
+
+def reference_tensors(reference: Any) -> list[Any]:
+    """What the KL reference holds beside the policy: none (LoRA: the adapter-off policy), a
+    frozen model's weights, or (LoRA after a warm start) the adapter copy in its buffers."""
+    if reference is None:
+        return []
+    return [*reference.parameters(), *reference.buffers()]
 
 
 def tensor_mb(tensors) -> float:
@@ -104,8 +113,8 @@ def run_variant(args: argparse.Namespace) -> dict:
         "tokens_per_sequence": args.length,
         **{f"{k}_params": v for k, v in parameter_counts(setup.policy).items()},
         "weights_mb": round(tensor_mb(params), 1),
-        "reference_copy_mb": round(
-            tensor_mb(setup.reference.parameters()) if setup.reference is not None else 0.0, 1
+        "reference_copy_mb": round(  # a frozen model's weights, or a frozen adapter copy's
+            tensor_mb(reference_tensors(setup.reference)), 1
         ),
         "gradients_mb": round(tensor_mb(p.grad for p in params), 1),
         "optimizer_state_mb": round(

@@ -1,4 +1,5 @@
-"""LoRA through PEFT: adapters only train, the reference is the adapter-off base (no copy),
+"""LoRA through PEFT: adapters only train, the reference is the adapter-off base or (after a
+warm start) the base with a frozen copy of the adapter, never a second copy of the base,
 adapter-only checkpoints round-trip, HF generation runs through the adapter, a recipe trains."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agentic_rl.config.rollout import ModelConfig
 from agentic_rl.model.errors import ModelLoadError
 from agentic_rl.model.load import load_policy, token_logprobs
 from agentic_rl.model.lora import (
+    AdapterReference,
     adapter_disabled,
     adapter_state,
     is_lora,
@@ -146,15 +148,55 @@ def test_trainer_uses_the_adapter_off_policy_as_reference(tmp_path):
 
 
 def test_after_a_warm_start_the_lora_reference_is_the_warm_started_policy(tmp_path):
-    """With a warm start the adapter moves before RL: the KL reference is then a frozen copy of
-    the adapted model set to the warm-started weights, so KL pulls toward the warm start, not
-    back to the base (which the adapter-off policy would)."""
+    """With a warm start the adapter moves before RL: the KL reference is then the one base with
+    a frozen copy of the warm-started adapter, so KL pulls toward the warm start, not back to the
+    base (which the adapter-off policy would), and no second copy of the base is made."""
     setup, reference, base, adapted = kl_reference_logprobs(tmp_path, 2)
-    assert setup.reference is not None and not any(
-        p.requires_grad for p in setup.reference.parameters()
-    )
+    assert isinstance(setup.reference, AdapterReference)
+    copied = sum(t.numel() for t in setup.reference.buffers())
+    assert copied == sum(t.numel() for t in adapter_state(setup.policy).values())
+    assert copied < 0.05 * parameter_counts(setup.policy)["total"]  # the adapter, not the base
     torch.testing.assert_close(reference, adapted, atol=1e-5, rtol=0)
     assert (reference - base).abs().max() > 1e-3
+
+
+def test_the_adapter_reference_stays_at_the_warm_start_while_the_policy_moves():
+    """AdapterReference: after the policy's adapter moves on (RL updates), computing as the
+    reference gives the warm-started policy's logprobs, and the policy's own adapter (the same
+    tensors, which the optimizer holds) is back afterwards, bit for bit."""
+    policy, tokenizer = lora_policy()
+    ids, attn = batch_ids(tokenizer)
+    perturb_adapter(policy, seed=1)  # the warm start
+    reference = AdapterReference(policy)
+    with torch.no_grad():
+        warm, _, _ = token_logprobs(policy, ids, attn)
+    perturb_adapter(policy, seed=2)  # RL moved the adapter
+    live = {n: p for n, p in policy.named_parameters() if "lora_" in n}
+    before = {n: p.detach().clone() for n, p in live.items()}
+    with torch.no_grad():
+        moved, _, _ = token_logprobs(policy, ids, attn)
+        with reference.computing_with(policy) as ref_policy:
+            got, _, _ = token_logprobs(ref_policy, ids, attn)
+    torch.testing.assert_close(got, warm, atol=0, rtol=0)  # the same path, the same weights
+    assert (got - moved).abs().max() > 1e-3
+    after = dict(policy.named_parameters())
+    assert all(after[n] is p and torch.equal(p, before[n]) for n, p in live.items())
+    reference.copy_from(policy)  # start_from_policy: the reference is now the moved adapter
+    with torch.no_grad(), reference.computing_with(policy) as ref_policy:
+        torch.testing.assert_close(token_logprobs(ref_policy, ids, attn)[0], moved, atol=0, rtol=0)
+
+
+def test_an_adapter_reference_refuses_a_policy_with_other_adapters():
+    policy, _ = lora_policy()
+    reference = AdapterReference(policy)
+    other, _ = lora_policy(cfg=ModelConfig(name="tiny", lora_rank=4, lora_targets=["q_proj"]))
+    with (
+        pytest.raises(ValueError, match="not the ones this reference copied"),
+        reference.computing_with(other),
+    ):
+        pass
+    with pytest.raises(ValueError, match="needs a LoRA policy"):
+        AdapterReference(load_policy(ModelConfig(name="tiny"), seed=0)[0])
 
 
 def test_hf_generator_samples_from_the_adapted_policy(tokenizer):

@@ -21,6 +21,7 @@ from agentic_rl.learner.batch import collate  # noqa: E402
 from agentic_rl.learner.update import forward_no_grad, update  # noqa: E402
 from agentic_rl.model.load import load_policy, token_logprobs  # noqa: E402
 from agentic_rl.model.lora import (  # noqa: E402
+    AdapterReference,
     adapter_disabled,
     adapter_names,
     adapter_parameters,
@@ -113,19 +114,26 @@ def test_each_role_computes_with_its_own_adapter_and_the_reference_with_none():
     torch.testing.assert_close(ref, plain * batch.loss_mask)
 
 
-def test_a_frozen_copy_of_a_role_policy_scores_each_row_with_that_roles_adapter():
-    """The KL reference after a warm start (train/setup.py: a frozen copy of the adapted model)
-    keeps every role's adapter: its batched pass gives each row its role's warm-started
-    policy, not the base."""
-    from agentic_rl.model.load import frozen_copy
-
+def test_the_adapter_reference_scores_each_row_with_that_roles_frozen_adapter():
+    """The KL reference after a warm start (train/setup.py: an AdapterReference, the base with
+    a frozen copy of every role's adapter) gives each row its role's warm-started policy, not
+    the base, after both roles' adapters moved on."""
     policy, tokenizer = role_policy()
-    reference = frozen_copy(policy)
+    reference = AdapterReference(policy)
     rows = [sample(tokenizer, "the answer is 42", r, "g") for r in ("verifier", "solver")]
     batch = collate(rows, tokenizer.pad_token_id)
     want, _ = forward_no_grad(policy, batch, chunk=64, micro=8)
-    got, _ = forward_no_grad(reference, batch, chunk=64, micro=8)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():  # RL moves both roles' adapters
+        for role in ROLES:
+            for param in adapter_parameters(policy, role):
+                param.add_(torch.randn(param.shape, generator=gen) * 0.3)
+    moved, _ = forward_no_grad(policy, batch, chunk=64, micro=8)
+    with reference.computing_with(policy) as ref_policy:
+        got, _ = forward_no_grad(ref_policy, batch, chunk=64, micro=8)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    for row in range(2):  # each row's role moved: its reference differs from its policy now
+        assert (got[row] - moved[row]).abs().max() > 1e-3
     with adapter_disabled(policy):
         base, _ = forward_no_grad(policy, batch, chunk=64, micro=8)
     assert (got - base).abs().max() > 1e-3

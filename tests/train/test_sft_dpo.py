@@ -158,13 +158,35 @@ def test_dpo_raises_the_chosen_vs_rejected_margin(tiny, tokenizer, tmp_path):
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     pairs = load_pairs(path, tokenizer)
     model, reference = copy.deepcopy(tiny), frozen_copy(tiny)
-    result = train_dpo(model, reference, pairs, 0, beta=0.5, lr=3e-3, epochs=15, batch_size=2)
+    result = train_dpo(model, pairs, 0, beta=0.5, lr=3e-3, epochs=15, batch_size=2)
     assert result["first_loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert result["last_loss"] < 0.5 * math.log(2)
     with torch.no_grad():
         pc, pr = pair_logps(model, pairs, 0)
         rc, rr = pair_logps(reference, pairs, 0)
     assert ((pc - rc) - (pr - rr) > 0).all() and result["accuracy"] == 1.0
+
+
+def test_dpo_against_itself_as_it_starts_matches_dpo_against_a_frozen_copy(
+    tiny, tokenizer, tmp_path
+):
+    """train_dpo's default reference (the policy's own logps, taken before its first update)
+    gives the run a frozen copy of the policy gives: the same losses and weights (same path)."""
+    lines = [
+        _pair(tokenizer, "<action>down</action>", "<action>up</action>"),
+        _pair(tokenizer, "<action>right</action>", "go left I think"),
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    pairs = load_pairs(path, tokenizer)
+    runs = []
+    for reference in (None, frozen_copy(tiny)):
+        model = copy.deepcopy(tiny)
+        kw = {"beta": 0.5, "lr": 3e-3, "epochs": 3, "batch_size": 2, "reference": reference}
+        runs.append((train_dpo(model, pairs, 0, **kw), model.state_dict()))
+    (own, own_weights), (copied, copied_weights) = runs
+    assert own == copied and own["last_loss"] < own["first_loss"]
+    assert all(torch.equal(own_weights[k], copied_weights[k]) for k in own_weights)
 
 
 def test_sft_and_dpo_commands_with_the_tiny_model(tmp_path, capsys):

@@ -6,7 +6,8 @@ trainable parameters. Consequences used across the package:
 
 - the KL reference policy is the same object with the adapter switched off
   (`adapter_disabled`), no second copy of the weights, unless a warm start moved the adapter
-  before RL: then it is a frozen copy of the adapted model (train/setup.py);
+  before RL: then it is the same object with a frozen copy of the adapters swapped in
+  (`AdapterReference`), still no second copy of the base;
 - checkpoints and weight syncs to a separate generator carry the adapter only
   (`adapter_state`, `save_adapter`): the frozen base is rebuilt from `model.name`;
 - with `model.role_policies=adapters` (multi-agent envs) the one frozen base carries a named
@@ -177,6 +178,65 @@ def adapter_disabled(model: nn.Module) -> Iterator[None]:
         return
     with model.disable_adapter():
         yield
+
+
+class AdapterReference(nn.Module):
+    """The KL reference of a LoRA run whose adapters moved before RL (a warm start, failure
+    DPO): the policy's own frozen base with a frozen copy of every adapter tensor (every role's,
+    with role adapters), swapped into the policy while the reference computes (`computing_with`).
+
+    A frozen copy of the whole adapted model would cost the base's size again (the bundled
+    model: 513 MB in fp32); this costs the adapters' size. The copy is held in buffers, so a
+    checkpoint saves and restores it like any module (`reference.safetensors`)."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.names = [name for name, _ in _adapter_tensors(policy)]
+        if not self.names:
+            raise ValueError("AdapterReference needs a LoRA policy (it has no adapter tensors)")
+        for name, tensor in _adapter_tensors(policy):
+            self.register_buffer(_buffer_name(name), tensor.detach().clone())
+
+    def copy_from(self, policy: nn.Module) -> None:
+        """Take the policy's current adapters as the reference (after its warm start)."""
+        with torch.no_grad():
+            for frozen, live in zip(self.buffers(), self._live(policy), strict=True):
+                frozen.copy_(live)
+
+    @contextlib.contextmanager
+    def computing_with(self, policy: nn.Module) -> Iterator[nn.Module]:
+        """`policy` computing as the reference: its adapters hold the frozen copy inside the
+        block and their own values again after it (copied in place, so the optimizer's
+        parameters and any view of them stay the same tensors)."""
+        live = self._live(policy)
+        with torch.no_grad():
+            kept = [tensor.detach().clone() for tensor in live]
+            for tensor, frozen in zip(live, self.buffers(), strict=True):
+                tensor.copy_(frozen)
+        try:
+            yield policy
+        finally:
+            with torch.no_grad():
+                for tensor, value in zip(live, kept, strict=True):
+                    tensor.copy_(value)
+
+    def _live(self, policy: nn.Module) -> list[nn.Parameter]:
+        tensors = dict(_adapter_tensors(policy))
+        if list(tensors) != self.names:
+            raise ValueError(
+                "the policy's adapters are not the ones this reference copied "
+                f"({len(tensors)} adapter tensors against {len(self.names)})"
+            )
+        return list(tensors.values())
+
+
+def _adapter_tensors(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """Every adapter's LoRA tensors (A and B in every adapted layer), by parameter name."""
+    return [(n, p) for n, p in model.named_parameters() if ".lora_A." in n or ".lora_B." in n]
+
+
+def _buffer_name(parameter_name: str) -> str:
+    return parameter_name.replace(".", "__")  # a buffer's name may hold no dot
 
 
 def adapter_state(model: nn.Module, name: str = DEFAULT_ADAPTER) -> dict[str, torch.Tensor]:

@@ -6,6 +6,9 @@ correction (`prepare_batch`); and whether an update on that batch would move the
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
@@ -27,10 +30,25 @@ from agentic_rl.learner.update import (
 )
 from agentic_rl.model.critic import critic_values, reads_policy_states
 from agentic_rl.model.load import autocast
-from agentic_rl.model.lora import adapter_disabled
+from agentic_rl.model.lora import AdapterReference, adapter_disabled
 from agentic_rl.scale.async_rollout import correct_stale
 from agentic_rl.train import shaping as bf
 from agentic_rl.train.setup import Setup
+
+
+@contextlib.contextmanager
+def reference_policy(setup: Setup) -> Iterator[nn.Module]:
+    """The KL reference to run (train/setup.py `build` chose it): a frozen model; with LoRA the
+    policy itself, with the frozen copy of its adapters swapped in (after a warm start) or
+    with its adapters off."""
+    if isinstance(setup.reference, AdapterReference):
+        with setup.reference.computing_with(setup.policy) as policy:
+            yield policy
+    elif setup.reference is not None:
+        yield setup.reference
+    else:
+        with adapter_disabled(setup.policy):
+            yield setup.policy
 
 
 def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
@@ -51,24 +69,14 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
     precision = cfg.learner.mixed_precision if setup.dp is None else "no"
     temp = sampling_temperature(cfg)
     with autocast(precision, next(setup.policy.parameters()).device):
-        if setup.reference is not None:
-            batch.ref_logprobs, _ = forward_no_grad(
-                setup.reference,
-                batch,
-                chunk,
-                micro,
-                dp=setup.dp,
-                share_prefix=share,
-                temperature=temp,
-                max_tokens=budget,
-            )
-        elif cfg.algo.kl_coef > 0:  # LoRA: the reference is the base model, the adapter off
-            with adapter_disabled(setup.policy):
+        if cfg.algo.kl_coef > 0:
+            with reference_policy(setup) as reference:
                 batch.ref_logprobs, _ = forward_no_grad(
-                    setup.policy,
+                    reference,
                     batch,
                     chunk,
                     micro,
+                    dp=setup.dp,
                     share_prefix=share,
                     temperature=temp,
                     max_tokens=budget,

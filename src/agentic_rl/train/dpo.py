@@ -8,7 +8,8 @@ step vs its correction). A pairs file is JSONL, one pair per line:
 where each RECORD is a trajectory record as in `sft.py` (token-native `token_ids` + `loss_mask`,
 or chat `messages` whose assistant turns are trained). Sequence log-probabilities sum over the
 loss-mask-1 tokens only, so observations an env inserted never count, the same mask as RL/SFT.
-The reference is a frozen copy of the starting policy; its logps are computed once up front.
+The reference is the starting policy: its logps are computed once up front, by the policy itself
+before its first update, so no copy of the weights is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from agentic_rl.checkpoint.export import save_model
 from agentic_rl.config.schema import Config
 from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw
-from agentic_rl.model.load import frozen_copy, token_logprobs
+from agentic_rl.model.load import token_logprobs
 from agentic_rl.train.sft import TrajectoryFormatError, record_to_trajectory
 from agentic_rl.types import Trajectory
 
@@ -81,16 +82,17 @@ def reference_logps(
     """Reference logps of every pair, computed once before training."""
     reference.eval()
     chosen, rejected = [], []
-    for start in range(0, len(pairs), batch_size):
-        c, r = pair_logps(reference, pairs[start : start + batch_size], pad_token_id, chunk_size)
-        chosen.append(c)
-        rejected.append(r)
+    with torch.no_grad():  # `reference` may be the policy itself, before its first update
+        for start in range(0, len(pairs), batch_size):
+            batch = pairs[start : start + batch_size]
+            c, r = pair_logps(reference, batch, pad_token_id, chunk_size)
+            chosen.append(c)
+            rejected.append(r)
     return torch.cat(chosen), torch.cat(rejected)
 
 
 def train_dpo(
     model: nn.Module,
-    reference: nn.Module,
     pairs: list[Pair],
     pad_token_id: int,
     beta: float = 0.1,
@@ -101,15 +103,18 @@ def train_dpo(
     seed: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
     nll_coef: float = 0.0,
+    reference: nn.Module | None = None,
 ) -> dict[str, float]:
     """DPO on `pairs` with AdamW; returns losses and the mean implicit-reward margin
     ((log pi/pi_ref)(chosen) - (log pi/pi_ref)(rejected)) and pair accuracy (margin > 0) of the
     last batch. `nll_coef` > 0 adds the chosen trajectory's per-token NLL (KnownSelf,
-    algos/knownself.py `dpo_nll_loss`)."""
+    algos/knownself.py `dpo_nll_loss`). The reference is `model` as it starts (its logps taken
+    before the first update: the same numbers a frozen copy would give, without the copy)
+    unless another `reference` model is given."""
     if not pairs:
         raise ValueError("no pairs to train on")
     ref_chosen, ref_rejected = reference_logps(
-        reference, pairs, pad_token_id, chunk_size, batch_size
+        model if reference is None else reference, pairs, pad_token_id, chunk_size, batch_size
     )
     optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = random.Random(seed)
@@ -156,11 +161,10 @@ def dpo_from_config(
     on_step: Callable[[int, int, float], None] | None = None,
     nll_coef: float = 0.0,
 ) -> dict[str, float]:
-    """`train_dpo` of `policy` against a frozen copy of itself with the recipe's `dpo` settings:
+    """`train_dpo` of `policy` against itself as it starts, with the recipe's `dpo` settings:
     what `agentic-rl dpo`, UI-TARS's failure pairs and KnownSelf's DPO stage share."""
     return train_dpo(
         policy,
-        frozen_copy(policy),
         pairs,
         pad_token_id,
         beta=cfg.dpo.beta,

@@ -25,7 +25,7 @@ from agentic_rl.formats.registry import make_chat_format
 from agentic_rl.learner.update import adamw
 from agentic_rl.model.critic import Critic
 from agentic_rl.model.load import ValueHead, frozen_copy
-from agentic_rl.model.lora import is_lora, unwrap
+from agentic_rl.model.lora import AdapterReference, is_lora, unwrap
 from agentic_rl.model.roles import load_role_policies
 from agentic_rl.model.tokens import check_prefix_preserving
 from agentic_rl.scale.ray_generator import RayGenerator
@@ -45,6 +45,8 @@ class Setup:
     fmt: ChatFormat
     train_tasks: list[Task]
     eval_tasks: list[Task]
+    # algo.kl_coef > 0: a frozen model, or with LoRA after a warm start an AdapterReference
+    # (the policy's base with frozen adapters); None with LoRA otherwise (the adapters off)
     reference: nn.Module | None = None
     teacher: nn.Module | None = None  # distill.teacher: frozen, scores the student's tokens
     value_head: nn.Module | None = None  # ppo: a ValueHead (algo.critic=shared) or a Critic
@@ -132,13 +134,14 @@ def build(cfg: Config) -> Setup:
         eval_tasks=eval_tasks,
         device=device,
     )
-    if cfg.algo.kl_coef > 0 and (not is_lora(policy) or trains_before_rl(cfg)):
-        # LoRA: the reference is the adapter-off base (no second copy of the weights), unless a
-        # stage before RL moves the adapter: KL to the base would then pull the policy back past
-        # its warm start, so the reference is a frozen copy of the whole adapted model, set to
-        # the warm-started weights by start_from_policy. It costs a second copy of the base; a
-        # frozen reference adapter on the one base would not (not done).
+    if cfg.algo.kl_coef > 0 and not is_lora(policy):
         setup.reference = frozen_copy(policy)  # role models: each role's reference is its own
+    elif cfg.algo.kl_coef > 0 and trains_before_rl(cfg):
+        # LoRA: the reference is the adapter-off base (setup.reference None), unless a stage
+        # before RL moves the adapters: KL to the base would then pull the policy back past its
+        # warm start, so the reference is the one base with a frozen copy of the adapters (every
+        # role's), set to the warm-started ones by start_from_policy.
+        setup.reference = AdapterReference(policy)
     if cfg.distill.teacher:  # on-policy distillation (train/distill.py)
         setup.teacher = load_teacher(cfg, tokenizer, device)
     if ADVANTAGE_ESTIMATORS[cfg.algo.name].needs_value_head:  # the critic (model/critic.py)
@@ -161,7 +164,9 @@ def start_from_policy(setup: Setup) -> None:
     """After the policy's weights were set outside RL (a warm start, loaded weights): the frozen
     reference and a separate critic's backbone start from them too, as they would from the
     model RL starts from (veRL initialises reference and critic from the actor's checkpoint)."""
-    if setup.reference is not None:
+    if isinstance(setup.reference, AdapterReference):
+        setup.reference.copy_from(setup.policy)
+    elif setup.reference is not None:
         setup.reference.load_state_dict(setup.policy.state_dict())
     if isinstance(setup.value_head, Critic):
         setup.value_head.copy_backbone_from(setup.policy)
