@@ -8,11 +8,15 @@ from agentic_rl.envs.base import check_env
 from agentic_rl.envs.math.calculator import make_calculator_tasks
 from agentic_rl.envs.multiagent import role_reward_key
 from agentic_rl.envs.multiagent.solver_verifier import (
+    RIGHT_REJECTED,
     SOLVER,
     VERIFIER,
+    WRONG_PROPOSALS,
+    WRONG_REJECTED,
     SolverVerifierEnv,
 )
 from agentic_rl.formats.chat import TagFormat
+from agentic_rl.rollout.episode import ENV_METRIC_PREFIX
 
 VERIFIER_REWARD = role_reward_key(VERIFIER)
 SOLVER_REWARD = role_reward_key(SOLVER)
@@ -131,6 +135,35 @@ def test_verdict_credit_sum_pays_every_right_verdict_and_mean_pays_the_fraction_
     assert verifier_terms("mean", [("gold", "accept")]) == [0.5]
     with pytest.raises(ValueError, match="verdict_credit"):
         SolverVerifierEnv(verdict_credit="max")
+
+
+def verdict_kinds(proposals_and_verdicts):
+    """(verdicts on wrong proposals, wrong ones rejected, right ones rejected) summed over one
+    episode, as the rollout sums the env metrics."""
+    task = make_calculator_tasks("train", 1, seed=0)[0]
+    gold = task.answers[0]
+    env = SolverVerifierEnv(max_attempts=3)
+    fmt = TagFormat(env.tools)
+    env.reset(task, seed=0)
+    totals = dict.fromkeys((WRONG_PROPOSALS, WRONG_REJECTED, RIGHT_REJECTED), 0.0)
+    for proposal, verdict in proposals_and_verdicts:
+        answer = gold if proposal == "gold" else str(int(gold) + 1)
+        env.step(fmt.parse(f"<answer>{answer}</answer>", "stop"))
+        result = env.step(fmt.parse(f"<verdict>{verdict}</verdict>", "stop"))
+        for key in totals:
+            totals[key] += result.info[key]
+    return tuple(totals.values())
+
+
+def test_the_verdicts_on_right_and_wrong_answers_are_counted_apart():
+    # a wrong answer caught, a right one rejected, then a wrong one accepted
+    assert verdict_kinds([("wrong", "reject"), ("gold", "reject"), ("wrong", "accept")]) == (
+        2.0,
+        1.0,
+        1.0,
+    )
+    assert verdict_kinds([("gold", "accept")]) == (0.0, 0.0, 0.0)  # a rubber stamp looks so
+    assert all(key.startswith(ENV_METRIC_PREFIX) for key in (WRONG_PROPOSALS, WRONG_REJECTED))
 
 
 def test_bad_replies_are_data():

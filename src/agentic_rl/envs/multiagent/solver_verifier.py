@@ -26,7 +26,9 @@ more than an acceptance. The solver may have one too, `solver_reward` for each c
 (`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
 sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
 kept the solver learning but did not stop the verifier's collapse (docs/recipes/
-solver_verifier.md).
+solver_verifier.md). What the verifier does with right and wrong answers is reported apart
+(`env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the team's success alone
+does not tell a verifier that checks from one that accepts everything.
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
 its role, so each role's turns are its own token-native samples; with model.role_policies
@@ -53,6 +55,12 @@ from agentic_rl.types import Action, Observation, StepResult, Task
 
 SOLVER, VERIFIER = "solver", "verifier"
 ACCEPT, REJECT = "accept", "reject"
+# The verdicts by kind, summed over an episode (env metrics): verdicts on a wrong proposal, the
+# ones of them that rejected it (their ratio: the fraction of wrong answers the verifier
+# caught), and rejected right proposals
+WRONG_PROPOSALS = "env/verdicts_on_wrong"
+WRONG_REJECTED = "env/wrong_rejected"
+RIGHT_REJECTED = "env/right_rejected"
 
 VERDICT_TOOL = EnvActionTool(
     "verdict", "Accept or reject the proposed answer.", "decision", choices=(ACCEPT, REJECT)
@@ -192,6 +200,11 @@ class SolverVerifierEnv:
         info = {
             role_reward_key(VERIFIER): self._verdict_term(right),
             "verdict_correct": float(right),
+            # what the verifier did with right and with wrong answers: a verifier that accepts
+            # everything and one that checks can have the same team success
+            WRONG_PROPOSALS: float(not correct),
+            WRONG_REJECTED: float(not correct and decision == REJECT),
+            RIGHT_REJECTED: float(correct and decision == REJECT),
         }
         if decision == ACCEPT or len(self.proposals) >= self.max_attempts:
             team = float(decision == ACCEPT and correct)
