@@ -4,7 +4,9 @@ Each variant runs in a fresh subprocess through the trainer's own code path (`tr
 `prepare_batch` with a KL reference, `learner.update`), so the numbers include what each mode
 really holds: full tuning keeps a frozen reference copy, a gradient and two AdamW moments for
 every weight; LoRA keeps none of the three for the frozen base (its reference is the same
-model with the adapter off).
+model with the adapter off, or after a warm start with a frozen copy of the adapter swapped in:
+variant `lora_warm_start`, built as a run with a warm start would be; the warm start itself is
+not run, as it changes values, not sizes).
 
 Measured per variant: resident memory after imports (baseline), after building the run, and
 the process's peak (VmHWM) after the step; on a CUDA machine (`--device cuda`) also
@@ -51,6 +53,9 @@ def tensor_mb(tensors) -> float:
     return sum(t.numel() * t.element_size() for t in seen.values()) / MB
 
 
+VARIANTS = ("full", "lora", "lora_warm_start")
+
+
 def run_variant(args: argparse.Namespace) -> dict:
     """One training step in this process; returns the measurements."""
     import torch
@@ -64,16 +69,18 @@ def run_variant(args: argparse.Namespace) -> dict:
     from agentic_rl.train.setup import build, make_optimizer
     from agentic_rl.types import Task, Trajectory
 
+    # with a warm start configured, build() keeps the reference a warm-started run needs
+    warm_start_tasks = 8 if args.variant == "lora_warm_start" else 0
     overrides = [
         f"model.name={args.model}",
-        "warm_start.num_tasks=0",
+        f"warm_start.num_tasks={warm_start_tasks}",
         f"algo.kl_coef={args.kl_coef}",
         f"optim.micro_batch_size={args.micro_batch}",
         "env.num_train_tasks=16",
         "env.num_eval_tasks=4",
         f"rollout.group_size={args.seqs}",
     ]
-    if args.variant == "lora":
+    if args.variant != "full":
         overrides.append(f"model.lora_rank={args.rank}")
     cfg = load_config("calculator_grpo", overrides)
     setup = build(cfg)
@@ -108,7 +115,7 @@ def run_variant(args: argparse.Namespace) -> dict:
     result = {
         "variant": args.variant,
         "model": args.model,
-        "lora_rank": args.rank if args.variant == "lora" else 0,
+        "lora_rank": args.rank if args.variant != "full" else 0,
         "sequences": args.seqs,
         "tokens_per_sequence": args.length,
         **{f"{k}_params": v for k, v in parameter_counts(setup.policy).items()},
@@ -148,13 +155,13 @@ def main() -> None:
     parser.add_argument("--kl-coef", type=float, default=0.05)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="bench/results/lora_memory.json")
-    parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant:  # child process: measure one variant, print JSON
         print("RESULT " + json.dumps(run_variant(args)), flush=True)
         return
     rows = []
-    for variant in ("full", "lora"):
+    for variant in VARIANTS:
         cmd = [sys.executable, __file__, "--variant", variant]
         for flag in ("model", "rank", "seqs", "length", "micro_batch", "kl_coef", "device"):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
@@ -173,10 +180,10 @@ def main() -> None:
         "rss_peak_mb",
         "peak_over_baseline_mb",
     ] + (["cuda_max_allocated_mb"] if args.device.startswith("cuda") else [])
-    print(f"| measure | full fine-tuning | LoRA r={args.rank} |")
-    print("|---|---:|---:|")
+    print(f"| measure | full fine-tuning | LoRA r={args.rank} | LoRA after a warm start |")
+    print("|---|---:|---:|---:|")
     for key in keys:
-        print(f"| {key} | {rows[0][key]} | {rows[1][key]} |")
+        print(f"| {key} | " + " | ".join(str(row[key]) for row in rows) + " |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "results": rows}, indent=2) + "\n")
