@@ -87,8 +87,8 @@ def run_arm(
 
 def read_metrics(path: Path, train_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """A run's train metrics named in `train_keys` per step and its held-out evaluations (with
-    their prefixes and the env's own metrics), from its metrics.jsonl; empty lists for a run stopped before writing any,
-    and a last line cut by a kill is skipped."""
+    their prefixes and the env's own metrics), from its metrics.jsonl; empty lists for a run
+    stopped before writing any, and a last line cut by a kill is skipped."""
     rows = []
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:

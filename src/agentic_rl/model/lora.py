@@ -191,10 +191,11 @@ class AdapterReference(nn.Module):
 
     def __init__(self, policy: nn.Module) -> None:
         super().__init__()
-        self.names = [name for name, _ in _adapter_tensors(policy)]
-        if not self.names:
+        tensors = _adapter_tensors(policy)
+        if not tensors:
             raise ValueError("AdapterReference needs a LoRA policy (it has no adapter tensors)")
-        for name, tensor in _adapter_tensors(policy):
+        self.names = [name for name, _ in tensors]
+        for name, tensor in tensors:
             self.register_buffer(_buffer_name(name), tensor.detach().clone())
 
     def copy_from(self, policy: nn.Module) -> None:

@@ -22,9 +22,9 @@ that rejects everything earns up to `max_attempts` x `verifier_reward` on a weak
 episodes, and accepting a right answer at once earns it once. `verdict_credit="mean"` reports
 the term so that its episode sum is `verifier_reward` x the fraction of the verifier's verdicts
 that were right (each verdict adds the change of that running mean), so a rejection earns no
-more than an acceptance. The solver may have one too, `solver_reward` for each correct proposal whatever the verdict
-(`env/solver_reward`; off by default): without it a solver whose verifier rejects everything
-sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
+more than an acceptance. The solver may have one too, `solver_reward` for each correct
+proposal whatever the verdict (`env/solver_reward`; off by default): without it a solver whose
+verifier rejects everything sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
 kept the solver learning but did not stop the verifier's collapse (docs/recipes/
 solver_verifier.md). What the verifier does with right and wrong answers is reported apart
 (`env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the team's success alone
