@@ -15,6 +15,10 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
   * solver_verifier_mean_credit  the solver's own term and the verifier's term as the fraction
                       of its verdicts that were right (env.options.verdict_credit=mean), so that
                       a rejection, which opens another verdict, earns no more than accepting
+  * solver_verifier_counterfactual  the solver's own term and the verifier's term as each
+                      verdict's gain over accepting (env.options.verdict_credit=counterfactual):
+                      a caught wrong answer earns, a rejected right one costs, accepting earns 0,
+                      so neither accepting nor rejecting everything is paid
   * solver_verifier_models  the same with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
@@ -55,6 +59,10 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "solver_verifier_mean_credit": (
         "solver_verifier",
         ["env.options.solver_reward=0.5", "env.options.verdict_credit=mean"],
+    ),
+    "solver_verifier_counterfactual": (
+        "solver_verifier",
+        ["env.options.solver_reward=0.5", "env.options.verdict_credit=counterfactual"],
     ),
     "debate": ("debate", []),
     "solver_verifier_models": (

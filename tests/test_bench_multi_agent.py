@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentic_rl.config.load import load_config
+from agentic_rl.envs.from_config import make_envs
 
 SPEC = importlib.util.spec_from_file_location(
     "multi_agent", Path(__file__).resolve().parent.parent / "bench" / "multi_agent.py"
@@ -32,6 +33,14 @@ def test_the_team_and_the_single_agent_get_the_same_token_budget():
     models = load_config(recipe, ["model.name=tiny", *overrides])
     assert models.model.role_policies == "models" and models.model.lora_rank == 0
     assert (models.warm_start.lr, models.optim.lr) == (1e-4, 5e-6)  # full fine-tuning rates
+
+
+def test_every_arm_builds_its_env_with_its_options():
+    for recipe, overrides in bench.RECIPES.values():
+        make_envs(load_config(recipe, ["model.name=tiny", *overrides]), 1)
+    recipe, overrides = bench.RECIPES["solver_verifier_counterfactual"]
+    (env,) = make_envs(load_config(recipe, ["model.name=tiny", *overrides]), 1)
+    assert (env.verdict_credit, env.solver_reward) == ("counterfactual", 0.5)
 
 
 def test_table_by_hand():

@@ -10,6 +10,7 @@ from agentic_rl.envs.multiagent import role_reward_key
 from agentic_rl.envs.multiagent.solver_verifier import (
     RIGHT_REJECTED,
     SOLVER,
+    VERDICTS,
     VERIFIER,
     WRONG_PROPOSALS,
     WRONG_REJECTED,
@@ -137,6 +138,57 @@ def test_verdict_credit_sum_pays_every_right_verdict_and_mean_pays_the_fraction_
         SolverVerifierEnv(verdict_credit="max")
 
 
+def test_counterfactual_credit_pays_a_verdict_by_its_gain_over_accepting():
+    # 0.5 x (verdict right - proposal right): a catch earns 0.5, a rejected right answer costs
+    # 0.5, and accepting earns 0 whether the proposal was right or wrong
+    assert verifier_terms("counterfactual", [("wrong", "reject"), ("gold", "accept")]) == [
+        0.5,
+        0.0,
+    ]
+    assert verifier_terms("counterfactual", [("gold", "reject"), ("wrong", "reject")]) == [
+        -0.5,
+        0.5,
+    ]
+    assert verifier_terms("counterfactual", [("wrong", "accept")]) == [0.0]
+    assert verifier_terms("counterfactual", [("gold", "accept")]) == [0.0]
+
+
+def test_only_checking_earns_the_counterfactual_credit():
+    """Over the four (first proposal, second proposal) pairs a solver can make, the verifier's
+    episode term under each fixed policy: "sum" pays a rubber stamp (accept all) and a
+    reject-all verifier for the solver's right or wrong answers, "counterfactual" pays neither
+    and pays a checker for every wrong answer it catches."""
+    pairs = [(a, b) for a in ("gold", "wrong") for b in ("gold", "wrong")]
+
+    def episode_term(credit, policy):
+        total = 0.0
+        for first, second in pairs:
+            verdict = policy(first)
+            played = [(first, verdict)] + (
+                [(second, policy(second))] if verdict == "reject" else []
+            )
+            total += sum(verifier_terms(credit, played))
+        return total
+
+    def accept_all(_):
+        return "accept"
+
+    def reject_all(_):
+        return "reject"
+
+    def checker(proposal):
+        return "accept" if proposal == "gold" else "reject"
+
+    # by hand: the checker catches the 2 wrong first proposals and the 1 wrong second one
+    assert episode_term("counterfactual", checker) == 3 * 0.5
+    assert episode_term("counterfactual", accept_all) == 0.0
+    # reject-all: 4 verdicts on right answers (-0.5 each) and 4 on wrong ones (+0.5 each)
+    assert episode_term("counterfactual", reject_all) == 0.0
+    # "sum" pays the rubber stamp for the 2 right first proposals, and reject-all for 4 catches
+    assert episode_term("sum", accept_all) == 2 * 0.5
+    assert episode_term("sum", reject_all) == 4 * 0.5
+
+
 def verdict_kinds(proposals_and_verdicts):
     """(verdicts on wrong proposals, wrong ones rejected, right ones rejected) summed over one
     episode, as the rollout sums the env metrics."""
@@ -145,7 +197,7 @@ def verdict_kinds(proposals_and_verdicts):
     env = SolverVerifierEnv(max_attempts=3)
     fmt = TagFormat(env.tools)
     env.reset(task, seed=0)
-    totals = dict.fromkeys((WRONG_PROPOSALS, WRONG_REJECTED, RIGHT_REJECTED), 0.0)
+    totals = dict.fromkeys((VERDICTS, WRONG_PROPOSALS, WRONG_REJECTED, RIGHT_REJECTED), 0.0)
     for proposal, verdict in proposals_and_verdicts:
         answer = gold if proposal == "gold" else str(int(gold) + 1)
         env.step(fmt.parse(f"<answer>{answer}</answer>", "stop"))
@@ -158,12 +210,14 @@ def verdict_kinds(proposals_and_verdicts):
 def test_the_verdicts_on_right_and_wrong_answers_are_counted_apart():
     # a wrong answer caught, a right one rejected, then a wrong one accepted
     assert verdict_kinds([("wrong", "reject"), ("gold", "reject"), ("wrong", "accept")]) == (
+        3.0,
         2.0,
         1.0,
         1.0,
     )
-    assert verdict_kinds([("gold", "accept")]) == (0.0, 0.0, 0.0)  # a rubber stamp looks so
-    assert all(key.startswith(ENV_METRIC_PREFIX) for key in (WRONG_PROPOSALS, WRONG_REJECTED))
+    assert verdict_kinds([("gold", "accept")]) == (1.0, 0.0, 0.0, 0.0)  # a rubber stamp looks so
+    keys = (VERDICTS, WRONG_PROPOSALS, WRONG_REJECTED, RIGHT_REJECTED)
+    assert all(key.startswith(ENV_METRIC_PREFIX) for key in keys)
 
 
 def test_bad_replies_are_data():

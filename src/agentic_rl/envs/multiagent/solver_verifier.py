@@ -22,12 +22,20 @@ that rejects everything earns up to `max_attempts` x `verifier_reward` on a weak
 episodes, and accepting a right answer at once earns it once. `verdict_credit="mean"` reports
 the term so that its episode sum is `verifier_reward` x the fraction of the verifier's verdicts
 that were right (each verdict adds the change of that running mean), so a rejection earns no
-more than an acceptance. The solver may have one too, `solver_reward` for each correct
+more than an acceptance. `verdict_credit="counterfactual"` pays each verdict by what it did
+better than accepting would have (a difference reward, as COMA's counterfactual baseline, Foerster
+et al. 2018): `verifier_reward` x (verdict right - proposal right), so catching a wrong answer
+earns `verifier_reward`, rejecting a right one costs it, and accepting earns 0 either way (the
+team's outcome already pays a right acceptance). The other two credits also pay the verifier for
+the solver's doing (a right acceptance needs a right proposal), which this one removes: a
+verifier that accepts everything earns 0, one that rejects everything loses on every right
+proposal, and only checking earns. The solver may have one too, `solver_reward` for each correct
 proposal whatever the verdict (`env/solver_reward`; off by default): without it a solver whose
 verifier rejects everything sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
 kept the solver learning but did not stop the verifier's collapse (docs/recipes/
 solver_verifier.md). What the verifier does with right and wrong answers is reported apart
-(`env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the team's success alone
+(`env/verdicts`, `env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the
+team's success alone
 does not tell a verifier that checks from one that accepts everything.
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
@@ -55,12 +63,16 @@ from agentic_rl.types import Action, Observation, StepResult, Task
 
 SOLVER, VERIFIER = "solver", "verifier"
 ACCEPT, REJECT = "accept", "reject"
-# The verdicts by kind, summed over an episode (env metrics): verdicts on a wrong proposal, the
-# ones of them that rejected it (their ratio: the fraction of wrong answers the verifier
-# caught), and rejected right proposals
+# The verdicts by kind, summed over an episode (env metrics): all verdicts, those on a wrong
+# proposal, the ones of them that rejected it (their ratio: the fraction of wrong answers the
+# verifier caught), and rejected right proposals (over verdicts - verdicts_on_wrong: the fraction
+# of right answers it rejected)
+VERDICTS = "env/verdicts"
 WRONG_PROPOSALS = "env/verdicts_on_wrong"
 WRONG_REJECTED = "env/wrong_rejected"
 RIGHT_REJECTED = "env/right_rejected"
+
+VERDICT_CREDITS = ("sum", "mean", "counterfactual")  # how verdicts earn the verifier's term
 
 VERDICT_TOOL = EnvActionTool(
     "verdict", "Accept or reject the proposed answer.", "decision", choices=(ACCEPT, REJECT)
@@ -100,8 +112,11 @@ class SolverVerifierEnv:
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if verdict_credit not in ("sum", "mean"):
-            raise ValueError(f"verdict_credit must be 'sum' or 'mean', got {verdict_credit!r}")
+        if verdict_credit not in VERDICT_CREDITS:
+            raise ValueError(
+                f"verdict_credit must be one of {', '.join(VERDICT_CREDITS)}, "
+                f"got {verdict_credit!r}"
+            )
         if not 0.0 <= expert_mistakes <= 1.0:
             raise ValueError(f"expert_mistakes must be in [0, 1], got {expert_mistakes}")
         self.max_attempts = max_attempts
@@ -198,8 +213,8 @@ class SolverVerifierEnv:
         correct = self._is_correct(self.proposals[-1])
         right = (decision == ACCEPT) == correct
         info = {
-            role_reward_key(VERIFIER): self._verdict_term(right),
-            "verdict_correct": float(right),
+            role_reward_key(VERIFIER): self._verdict_term(right, correct),
+            VERDICTS: 1.0,
             # what the verifier did with right and with wrong answers: a verifier that accepts
             # everything and one that checks can have the same team success
             WRONG_PROPOSALS: float(not correct),
@@ -213,10 +228,13 @@ class SolverVerifierEnv:
         self.phase, self.calc = "solve", ""
         return StepResult(self._solver(), 0.0, info=info)
 
-    def _verdict_term(self, right: bool) -> float:
+    def _verdict_term(self, right: bool, proposal_right: bool) -> float:
         """This verdict's share of the verifier's own term (module docstring: `verdict_credit`):
         "sum" pays every right verdict; "mean" the change of the running fraction of right
-        verdicts, so the episode's sum is `verifier_reward` x that fraction."""
+        verdicts, so the episode's sum is `verifier_reward` x that fraction; "counterfactual"
+        the verdict's gain over accepting, `verifier_reward` x (right - proposal_right)."""
+        if self.verdict_credit == "counterfactual":
+            return self.verifier_reward * (float(right) - float(proposal_right))
         done = self.verdicts_right
         previous = sum(done) / len(done) if done else 0.0
         done.append(right)
