@@ -86,6 +86,22 @@ SMOKE = [  # the tiny model, two tasks a split: the whole bench in seconds (test
 TRAIN_KEYS = ("reward", "success", "decoded_tokens", "zero_variance_groups", "step_seconds")
 
 
+def team_summary(run: dict[str, Any]) -> dict[str, float | None]:
+    """`gain_summary`, and for a solver / verifier run what its verifier did at the last RL
+    evaluation: "caught", the fraction of wrong proposals it rejected, and "right_rejected",
+    the right proposals it rejected an episode (None where the run predates the env's verdict
+    counts, or no proposal was wrong). A team's success alone does not tell a verifier that
+    checks from one that accepts everything."""
+    summary = gain_summary(run)
+    last = [e["env"] for e in run["eval"] if e["split"] == "eval"]
+    env = last[-1] if last else {}
+    wrong = env.get("verdicts_on_wrong")
+    if "wrong_rejected" in env:
+        summary["caught"] = env["wrong_rejected"] / wrong if wrong else None
+        summary["right_rejected"] = env.get("right_rejected")
+    return summary
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     """Means over seeds (and the number of seeds) of each arm's `summary`."""
     lines = [
@@ -111,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         mine.overrides = [*args.overrides, *extra]
         header = {"recipes": {a: RECIPES[a][0] for a in RECIPES}, "smoke": args.smoke}
         results = run_arms(
-            mine, {a: RECIPES[a][1] for a in RECIPES}, TRAIN_KEYS, header, gain_summary
+            mine, {a: RECIPES[a][1] for a in RECIPES}, TRAIN_KEYS, header, team_summary
         )
     return results
 

@@ -60,6 +60,29 @@ def test_table_by_hand():
     assert lines[-1] == "| solver_verifier | 2 | 0.625 | 0.375 | 0.750 | 250000.000 |"
 
 
+def test_team_summary_reads_what_the_verifier_did_at_the_last_evaluation():
+    def evaluation(split, env):
+        return {"success": 0.5, "split": split, "env": env}
+
+    run = {
+        "train": [{"decoded_tokens": 1000.0}],
+        "eval": [
+            evaluation("eval_warm_start", {"verdicts_on_wrong": 0.5, "wrong_rejected": 0.1}),
+            evaluation("eval", {"verdicts_on_wrong": 0.5, "wrong_rejected": 0.1}),
+            evaluation(
+                "eval",
+                {"verdicts_on_wrong": 0.4, "wrong_rejected": 0.3, "right_rejected": 0.2},
+            ),
+        ],
+    }
+    summary = bench.team_summary(run)
+    assert summary["caught"] == pytest.approx(0.75) and summary["right_rejected"] == 0.2
+    # a run that predates the verdict counts, and one whose proposals were all right
+    assert "caught" not in bench.team_summary({**run, "eval": run["eval"][:1]})
+    all_right = evaluation("eval", {"verdicts_on_wrong": 0.0, "wrong_rejected": 0.0})
+    assert bench.team_summary({**run, "eval": [all_right]})["caught"] is None
+
+
 @pytest.mark.slow
 def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
     out = tmp_path / "multi_agent.json"
