@@ -136,6 +136,8 @@ def test_verdict_credit_sum_pays_every_right_verdict_and_mean_pays_the_fraction_
     assert verifier_terms("mean", [("gold", "accept")]) == [0.5]
     with pytest.raises(ValueError, match="verdict_credit"):
         SolverVerifierEnv(verdict_credit="max")
+    with pytest.raises(ValueError, match="verifier_reward=0 turns off"):
+        SolverVerifierEnv(verdict_credit="counterfactual", verifier_reward=0.0)
 
 
 def test_counterfactual_credit_pays_a_verdict_by_its_gain_over_accepting():

@@ -117,6 +117,11 @@ class SolverVerifierEnv:
                 f"verdict_credit must be one of {', '.join(VERDICT_CREDITS)}, "
                 f"got {verdict_credit!r}"
             )
+        if verdict_credit != "sum" and not verifier_reward:
+            raise ValueError(
+                f"verdict_credit={verdict_credit!r} shapes the verifier's own term, which "
+                "verifier_reward=0 turns off: set verifier_reward or leave verdict_credit"
+            )
         if not 0.0 <= expert_mistakes <= 1.0:
             raise ValueError(f"expert_mistakes must be in [0, 1], got {expert_mistakes}")
         self.max_attempts = max_attempts
