@@ -8,7 +8,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       set to the team's budget: 2 tasks x 8 episodes a step, up to 10 turns of
                       48 tokens each (the team: up to 10 conversations of 48 tokens), so both
                       arms may decode at most 480 tokens an episode and 7,680 a step
-  * solver_verifier   recipe solver_verifier: a LoRA adapter per role, GRPO grouped per role
+  * solver_verifier   recipe solver_verifier as first measured: a LoRA adapter per role, GRPO
+                      grouped per role, the verifier's term summed over its verdicts
+                      (env.options.verdict_credit=sum), no solver term
   * solver_verifier_solver_term  the same with the solver's own term on (env.options.
                       solver_reward=0.5 per correct proposal, whatever the verdict): the remedy
                       for the reject-everything trap one seed of solver_verifier fell into
@@ -19,7 +21,7 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       verdict's gain over accepting (env.options.verdict_credit=counterfactual):
                       a caught wrong answer earns, a rejected right one costs, accepting earns 0,
                       so neither accepting nor rejecting everything is paid
-  * solver_verifier_models  the same with a full model per role (model.role_policies=models,
+  * solver_verifier_models  the mean-credit arm with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
   * debate            recipe debate: two debaters, a LoRA adapter each, GRPO grouped per role
@@ -51,23 +53,31 @@ from arms import arm_parser, gain_summary, plot_arms, run_arms, seed_mean  # noq
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multi_agent.json"
 BUDGET = ["rollout.tasks_per_step=2", "rollout.group_size=8", "rollout.max_tokens_per_turn=48"]
+
+
+def credit(solver_reward: float, verdict_credit: str) -> list[str]:
+    """The solver / verifier env's two reward options: the solver's own term per correct
+    proposal and how verdicts earn the verifier's term."""
+    return [
+        f"env.options.solver_reward={solver_reward}",
+        f"env.options.verdict_credit={verdict_credit}",
+    ]
+
+
 RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "planner_executor": ("planner_executor", [*BUDGET, "rollout.max_turns=10"]),
     "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
-    "solver_verifier": ("solver_verifier", []),
-    "solver_verifier_solver_term": ("solver_verifier", ["env.options.solver_reward=0.5"]),
-    "solver_verifier_mean_credit": (
-        "solver_verifier",
-        ["env.options.solver_reward=0.5", "env.options.verdict_credit=mean"],
-    ),
-    "solver_verifier_counterfactual": (
-        "solver_verifier",
-        ["env.options.solver_reward=0.5", "env.options.verdict_credit=counterfactual"],
-    ),
+    # the solver / verifier arms name both reward options, so an arm's runs stay what they
+    # were whatever the recipe's defaults become
+    "solver_verifier": ("solver_verifier", credit(0.0, "sum")),
+    "solver_verifier_solver_term": ("solver_verifier", credit(0.5, "sum")),
+    "solver_verifier_mean_credit": ("solver_verifier", credit(0.5, "mean")),
+    "solver_verifier_counterfactual": ("solver_verifier", credit(0.5, "counterfactual")),
     "debate": ("debate", []),
     "solver_verifier_models": (
         "solver_verifier",
         [
+            *credit(0.5, "mean"),
             "model.role_policies=models",
             "model.lora_rank=0",
             "warm_start.lr=1e-4",
