@@ -103,7 +103,7 @@ def team_summary(run: dict[str, Any]) -> dict[str, float | None]:
     counts, or no proposal was wrong). A team's success alone does not tell a verifier that
     checks from one that accepts everything."""
     summary = gain_summary(run)
-    last = [e["env"] for e in run["eval"] if e["split"] == "eval"]
+    last = [e.get("env", {}) for e in run["eval"] if e["split"] == "eval"]
     env = last[-1] if last else {}
     wrong = env.get("verdicts_on_wrong")
     if "wrong_rejected" in env:

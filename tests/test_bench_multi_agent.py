@@ -79,6 +79,8 @@ def test_team_summary_reads_what_the_verifier_did_at_the_last_evaluation():
     assert summary["caught"] == pytest.approx(0.75) and summary["right_rejected"] == 0.2
     # a run that predates the verdict counts, and one whose proposals were all right
     assert "caught" not in bench.team_summary({**run, "eval": run["eval"][:1]})
+    older = {"success": 0.5, "split": "eval"}  # recorded before evaluations kept env metrics
+    assert "caught" not in bench.team_summary({**run, "eval": [older]})
     all_right = evaluation("eval", {"verdicts_on_wrong": 0.0, "wrong_rejected": 0.0})
     assert bench.team_summary({**run, "eval": [all_right]})["caught"] is None
 
