@@ -19,8 +19,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       a rejection, which opens another verdict, earns no more than accepting
   * solver_verifier_counterfactual  the solver's own term and the verifier's term as each
                       verdict's gain over accepting (env.options.verdict_credit=counterfactual):
-                      a caught wrong answer earns, a rejected right one costs, accepting earns 0,
-                      so neither accepting nor rejecting everything is paid
+                      a caught wrong answer earns, a rejected right one costs, accepting earns 0
+                      (a rubber stamp is not paid; rejecting everything is, while most
+                      proposals are wrong)
   * solver_verifier_models  the mean-credit arm with a full model per role (model.role_policies=models,
                       no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6

@@ -155,14 +155,13 @@ def test_counterfactual_credit_pays_a_verdict_by_its_gain_over_accepting():
     assert verifier_terms("counterfactual", [("gold", "accept")]) == [0.0]
 
 
-def test_only_checking_earns_the_counterfactual_credit():
-    """Over the four (first proposal, second proposal) pairs a solver can make, the verifier's
-    episode term under each fixed policy: "sum" pays a rubber stamp (accept all) and a
-    reject-all verifier for the solver's right or wrong answers, "counterfactual" pays neither
-    and pays a checker for every wrong answer it catches."""
-    pairs = [(a, b) for a in ("gold", "wrong") for b in ("gold", "wrong")]
+def test_the_counterfactual_credit_pays_checking_and_never_a_rubber_stamp():
+    """The verifier's term summed over episodes under fixed verdict policies, for a solver whose
+    (first, second) proposals are given: "sum" pays a rubber stamp (accept all) for the
+    solver's right answers, "counterfactual" never does; rejecting everything is paid under
+    both while most proposals are wrong; checking earns the most under both."""
 
-    def episode_term(credit, policy):
+    def term(credit, policy, pairs):
         total = 0.0
         for first, second in pairs:
             verdict = policy(first)
@@ -181,14 +180,23 @@ def test_only_checking_earns_the_counterfactual_credit():
     def checker(proposal):
         return "accept" if proposal == "gold" else "reject"
 
-    # by hand: the checker catches the 2 wrong first proposals and the 1 wrong second one
-    assert episode_term("counterfactual", checker) == 3 * 0.5
-    assert episode_term("counterfactual", accept_all) == 0.0
-    # reject-all: 4 verdicts on right answers (-0.5 each) and 4 on wrong ones (+0.5 each)
-    assert episode_term("counterfactual", reject_all) == 0.0
-    # "sum" pays the rubber stamp for the 2 right first proposals, and reject-all for 4 catches
-    assert episode_term("sum", accept_all) == 2 * 0.5
-    assert episode_term("sum", reject_all) == 4 * 0.5
+    strong = [("gold", "gold"), ("gold", "gold"), ("gold", "gold"), ("wrong", "gold")]
+    weak = [("wrong", "wrong"), ("wrong", "wrong"), ("wrong", "gold"), ("gold", "gold")]
+    # by hand, 0.5 a verdict: the rubber stamp earns 0 under counterfactual, 3 x 0.5 under sum
+    assert term("counterfactual", accept_all, strong) == 0.0
+    assert term("sum", accept_all, strong) == 3 * 0.5
+    # reject-all, strong solver: 7 right proposals rejected, 1 wrong one caught
+    assert term("counterfactual", reject_all, strong) == (1 - 7) * 0.5
+    # reject-all, weak solver: 5 wrong caught, 3 right rejected: paid, as under sum (5 catches)
+    assert term("counterfactual", reject_all, weak) == (5 - 3) * 0.5
+    assert term("sum", reject_all, weak) == 5 * 0.5
+    # the checker: every wrong proposal caught (1 and 5), never a right one rejected
+    assert term("counterfactual", checker, strong) == 1 * 0.5
+    assert term("counterfactual", checker, weak) == 5 * 0.5
+    for pairs in (strong, weak):
+        best = term("counterfactual", checker, pairs)
+        assert best >= term("counterfactual", accept_all, pairs)
+        assert best >= term("counterfactual", reject_all, pairs)
 
 
 def verdict_kinds(proposals_and_verdicts):

@@ -28,15 +28,17 @@ et al. 2018): `verifier_reward` x (verdict right - proposal right), so catching 
 earns `verifier_reward`, rejecting a right one costs it, and accepting earns 0 either way (the
 team's outcome already pays a right acceptance). The other two credits also pay the verifier for
 the solver's doing (a right acceptance needs a right proposal), which this one removes: a
-verifier that accepts everything earns 0, one that rejects everything loses on every right
-proposal, and only checking earns. The solver may have one too, `solver_reward` for each correct
+verifier that accepts everything earns 0 whatever the solver does. It does not remove the pull
+toward rejecting that a weak solver exerts on a verifier that cannot tell right from wrong:
+rejecting everything earns `verifier_reward` x (wrong - right proposals), above 0 while most
+proposals are wrong (as under "sum", whose per-verdict threshold is the same); checking earns
+more than either on every proposal. The solver may have one too, `solver_reward` for each correct
 proposal whatever the verdict (`env/solver_reward`; off by default): without it a solver whose
 verifier rejects everything sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
 kept the solver learning but did not stop the verifier's collapse (docs/recipes/
 solver_verifier.md). What the verifier does with right and wrong answers is reported apart
 (`env/verdicts`, `env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the
-team's success alone
-does not tell a verifier that checks from one that accepts everything.
+team's success alone does not tell a verifier that checks from one that accepts everything.
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
 its role, so each role's turns are its own token-native samples; with model.role_policies
