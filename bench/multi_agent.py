@@ -22,8 +22,8 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       a caught wrong answer earns, a rejected right one costs, accepting earns 0
                       (a rubber stamp is not paid; rejecting everything is, while most
                       proposals are wrong)
-  * solver_verifier_models  the mean-credit arm with a full model per role (model.role_policies=models,
-                      no LoRA) at the full fine-tuning rates of the other full-model recipes
+  * solver_verifier_models  the mean-credit arm with a full model per role
+                      (model.role_policies=models, no LoRA) at the full fine-tuning rates of the other full-model recipes
                       (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
   * debate            recipe debate: two debaters, a LoRA adapter each, GRPO grouped per role
 

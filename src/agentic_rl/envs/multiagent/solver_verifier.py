@@ -32,11 +32,11 @@ verifier that accepts everything earns 0 whatever the solver does. It does not r
 toward rejecting that a weak solver exerts on a verifier that cannot tell right from wrong:
 rejecting everything earns `verifier_reward` x (wrong - right proposals), above 0 while most
 proposals are wrong (as under "sum", whose per-verdict threshold is the same); checking earns
-more than either on every proposal. The solver may have one too, `solver_reward` for each correct
-proposal whatever the verdict (`env/solver_reward`; off by default): without it a solver whose
-verifier rejects everything sees the team's 0 on every sample and gets no signal. On the seed whose verifier collapsed it
-kept the solver learning but did not stop the verifier's collapse (docs/recipes/
-solver_verifier.md). What the verifier does with right and wrong answers is reported apart
+more than either on every proposal. The solver may have one too, `solver_reward` for each
+correct proposal whatever the verdict (`env/solver_reward`; off by default, on in the recipe):
+without it a solver whose verifier rejects everything sees the team's 0 on every sample and
+gets no signal. On the seed whose verifier collapsed it kept the solver learning but did not
+stop the verifier's collapse (docs/recipes/solver_verifier.md). What the verifier does with right and wrong answers is reported apart
 (`env/verdicts`, `env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the
 team's success alone does not tell a verifier that checks from one that accepts everything.
 
