@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from agentic_rl.checkpoint.layout import latest_checkpoint
 from agentic_rl.config.load import load_config
+from agentic_rl.config.parse import ConfigError
 from agentic_rl.logging import read_metrics
 from agentic_rl.train.loop import train
 
@@ -135,3 +136,32 @@ def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
     assert [r["step"] for r in evals] == [1, 2]
     assert len(calls) == 3  # before RL, step 1, step 2 (= after)
     assert summary["after"]["success"] == evals[-1]["eval/success"]
+
+
+def test_eval_untrained_false_skips_only_the_loaded_models_evaluation(tmp_path, monkeypatch):
+    """trainer.eval_untrained=false: the warm-started model is still evaluated before RL (the
+    point RL's gain is measured from), the model as loaded is not; one evaluation fewer."""
+    from agentic_rl.train import loop
+
+    calls = []
+    real = loop.eval_episodes
+
+    def counted(setup):
+        calls.append(1)
+        return real(setup)
+
+    monkeypatch.setattr(loop, "eval_episodes", counted)
+    summary = train(tiny_cfg(tmp_path, 1, "trainer.eval_untrained=false"))
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert not any("eval_before/success" in r for r in rows)
+    assert any("eval_warm_start/success" in r for r in rows)
+    assert "before" not in summary and "warm_start" in summary
+    assert len(calls) == 2  # after the warm start, after RL
+
+
+def test_eval_untrained_without_eval_before_is_refused():
+    with pytest.raises(ConfigError, match="trainer.eval_untrained is set but does nothing"):
+        load_config(None, [*TINY, "trainer.eval_before=false", "trainer.eval_untrained=false"])
+    with pytest.raises(ConfigError, match="trainer.eval_untrained is set but does nothing"):
+        load_config(None, [*TINY, "trainer.eval_before=false", "trainer.eval_untrained=true"])
+    load_config(None, [*TINY, "trainer.eval_before=false"])  # the default says nothing

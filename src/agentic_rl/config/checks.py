@@ -47,10 +47,12 @@ def _unused(cfg: Config, keys: list[str], reason: str, explicit: Collection[str]
             raise ConfigError(f"{key} is set but does nothing: {reason}")
 
 
-def check_trainer(cfg: Config) -> None:
-    """trainer.resume is true, false or "force"; trainer.save_batches needs a run whose steps
-    replay in one process (`agentic-rl replay`): sampled groups, synchronous rollouts, one
-    learner process."""
+def check_trainer(cfg: Config, explicit: Collection[str] = ()) -> None:
+    """trainer.resume is true, false or "force"; trainer.eval_untrained acts only with
+    trainer.eval_before; trainer.save_batches needs a run whose steps replay in one process
+    (`agentic-rl replay`): sampled groups, synchronous rollouts, one learner process."""
+    if not cfg.trainer.eval_before:
+        _unused(cfg, ["trainer.eval_untrained"], "trainer.eval_before=false", explicit)
     resume = cfg.trainer.resume
     if isinstance(resume, str) and resume != "force":
         raise ConfigError(f"trainer.resume: {resume!r} is not true, false or force")
@@ -79,6 +81,7 @@ RESUMABLE_KEYS = (
             "max_minutes",
             "eval_every",
             "eval_before",
+            "eval_untrained",
             "save_every",
             "keep_last",
             "resume",

@@ -111,6 +111,13 @@ class TrainerConfig:
     """Evaluate on the held-out tasks every k steps (0: only before and after training)."""
     eval_before: bool = True
     """Evaluate the untrained (and the warm-started) model before RL."""
+    eval_untrained: bool = True
+    """With eval_before: evaluate the model as loaded, before any stage trains it (false: only
+    the evaluations after the warm start and the other stages before RL). The greedy evaluation
+    of the loaded model on the same held-out tasks does not depend on trainer.seed where the
+    seed initialises no part of the policy (a new vision projector or value head is not
+    evaluated greedily either way; a LoRA adapter starts as the identity), so a multi-seed study
+    can measure it on one seed and skip it on the others."""
     save_every: int = 10
     """Checkpoint every k steps (and at the end)."""
     keep_last: int = 2

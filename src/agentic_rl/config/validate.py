@@ -154,7 +154,7 @@ def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
     _validate_thinking(cfg)
     _validate_self_play(cfg)
     validate_update(cfg)
-    check_trainer(cfg)
+    check_trainer(cfg, explicit)
     validate_engines(cfg)
     _validate_vllm_images(cfg)
     validate_distributed(cfg)

@@ -235,7 +235,7 @@ def train_knownself(cfg: Config) -> dict[str, Any]:
             print(f"eval {phase}: success {evals[phase]['success']:.3f}", flush=True)
         (out / "progress.json").write_text(json.dumps(summary, indent=2))
 
-    if cfg.trainer.eval_before:
+    if cfg.trainer.eval_before and cfg.trainer.eval_untrained:
         evals["before"] = evaluate(setup)
         record("before")
     if k.phase == "sft_only":

@@ -340,7 +340,7 @@ def _before_rl(
     setup: Setup, logger: RunLogger, state: dict[str, Any], trajectories: TrajectoryLog | None
 ) -> None:
     cfg = setup.cfg
-    if cfg.trainer.eval_before:
+    if cfg.trainer.eval_before and cfg.trainer.eval_untrained:
         state["evals"]["before"] = _eval_and_log(setup, logger, 0, trajectories, "eval_before")
     if cfg.warm_start.num_tasks > 0:
         warm_start(setup, logger)
