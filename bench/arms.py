@@ -265,8 +265,10 @@ def gain_summary(run: dict[str, Any]) -> dict[str, float | None]:
 
 def arm_summary(rows: list[dict[str, float | None]]) -> dict[str, float | int | None]:
     """The mean of each key over an arm's per-seed summaries (seeds without it left out; None
-    where no seed has it), "seeds": how many runs, and for "gain" also "gain_min" and
-    "gain_max": a claim over seeds is the mean and the spread."""
+    where no seed has it), "seeds": how many runs, and for "gain" also "gain_min", "gain_max"
+    and "gain_seeds" (how many runs have a gain: a run without a point before RL has none, so
+    the gain may be over fewer seeds than the success after RL): a claim over seeds is the mean
+    and the spread."""
     keys = list(dict.fromkeys(key for row in rows for key in row))
     out: dict[str, float | int | None] = {"seeds": len(rows)}
     for key in keys:
@@ -275,6 +277,7 @@ def arm_summary(rows: list[dict[str, float | None]]) -> dict[str, float | int | 
         if key == "gain":
             out["gain_min"] = min(values) if values else None
             out["gain_max"] = max(values) if values else None
+            out["gain_seeds"] = len(values)
     return out
 
 

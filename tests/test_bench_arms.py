@@ -32,15 +32,18 @@ def test_arm_summary_means_over_seeds_by_hand():
     assert summary["success"] == pytest.approx(0.8)
     assert summary["gain"] == pytest.approx(0.1)  # the seeds without it are left out
     assert (summary["gain_min"], summary["gain_max"]) == (0.1, 0.1)
+    assert summary["gain_seeds"] == 1  # of 3 runs
     assert arms.arm_summary([{"gain": None}]) == {
         "seeds": 1,
         "gain": None,
         "gain_min": None,
         "gain_max": None,
+        "gain_seeds": 0,
     }
     spread = arms.arm_summary([{"gain": -0.02}, {"gain": 0.12}, {"gain": 0.05}])
     assert spread["gain"] == pytest.approx(0.05)
     assert (spread["gain_min"], spread["gain_max"]) == (-0.02, 0.12)
+    assert spread["gain_seeds"] == 3
 
 
 def test_gain_summary_by_hand():
