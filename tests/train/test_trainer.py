@@ -118,12 +118,11 @@ def test_sigkill_mid_run_loses_at_most_the_current_step(tmp_path):
     assert sorted(metric_rows(run)) == [1, 2, 3, 4, 5, 6]
 
 
-def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
-    """eval_every dividing the last step: that step's held-out evaluation is the run's "after"
-    (greedy, same weights), not run a second time."""
+def count_evaluations(monkeypatch) -> list[int]:
+    """A list that grows by one each time the trainer runs a held-out evaluation."""
     from agentic_rl.train import loop
 
-    calls = []
+    calls: list[int] = []
     real = loop.eval_episodes
 
     def counted(setup):
@@ -131,6 +130,13 @@ def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
         return real(setup)
 
     monkeypatch.setattr(loop, "eval_episodes", counted)
+    return calls
+
+
+def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
+    """eval_every dividing the last step: that step's held-out evaluation is the run's "after"
+    (greedy, same weights), not run a second time."""
+    calls = count_evaluations(monkeypatch)
     summary = train(tiny_cfg(tmp_path, 2, "trainer.eval_every=1", "warm_start.num_tasks=0"))
     evals = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval/success" in r]
     assert [r["step"] for r in evals] == [1, 2]
@@ -141,16 +147,7 @@ def test_the_last_steps_evaluation_is_the_final_one(tmp_path, monkeypatch):
 def test_eval_untrained_false_skips_only_the_loaded_models_evaluation(tmp_path, monkeypatch):
     """trainer.eval_untrained=false: the warm-started model is still evaluated before RL (the
     point RL's gain is measured from), the model as loaded is not; one evaluation fewer."""
-    from agentic_rl.train import loop
-
-    calls = []
-    real = loop.eval_episodes
-
-    def counted(setup):
-        calls.append(1)
-        return real(setup)
-
-    monkeypatch.setattr(loop, "eval_episodes", counted)
+    calls = count_evaluations(monkeypatch)
     summary = train(tiny_cfg(tmp_path, 1, "trainer.eval_untrained=false"))
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert not any("eval_before/success" in r for r in rows)
