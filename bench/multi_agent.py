@@ -23,8 +23,9 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       (a rubber stamp is not paid; rejecting everything is, while most
                       proposals are wrong)
   * solver_verifier_models  the mean-credit arm with a full model per role
-                      (model.role_policies=models, no LoRA) at the full fine-tuning rates of the other full-model recipes
-                      (planner_executor, calculator_grpo): warm start lr 1e-4, RL lr 5e-6
+                      (model.role_policies=models, no LoRA) at the full fine-tuning rates of
+                      the other full-model recipes (planner_executor, calculator_grpo): warm
+                      start lr 1e-4, RL lr 5e-6
   * debate            recipe debate: two debaters, a LoRA adapter each, GRPO grouped per role
 
 Every step logs `decoded_tokens` (tokens the generator sampled), so the table gives held-out

@@ -36,9 +36,10 @@ more than either on every proposal. The solver may have one too, `solver_reward`
 correct proposal whatever the verdict (`env/solver_reward`; off by default, on in the recipe):
 without it a solver whose verifier rejects everything sees the team's 0 on every sample and
 gets no signal. On the seed whose verifier collapsed it kept the solver learning but did not
-stop the verifier's collapse (docs/recipes/solver_verifier.md). What the verifier does with right and wrong answers is reported apart
-(`env/verdicts`, `env/verdicts_on_wrong`, `env/wrong_rejected`, `env/right_rejected`): the
-team's success alone does not tell a verifier that checks from one that accepts everything.
+stop the verifier's collapse (docs/recipes/solver_verifier.md). What the verifier does with
+right and wrong answers is reported apart (`env/verdicts`, `env/verdicts_on_wrong`,
+`env/wrong_rejected`, `env/right_rejected`): the team's success alone does not tell a verifier
+that checks from one that accepts everything.
 
 Every reply is its own conversation (rollout.mode=memory, `conversations = True`), tagged with
 its role, so each role's turns are its own token-native samples; with model.role_policies
