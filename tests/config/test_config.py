@@ -80,6 +80,16 @@ def test_settings_that_would_do_nothing_are_errors():
         load_config(None, ["rollout.group_size=1"])
 
 
+def test_recovery_demonstrations_need_a_warm_start_and_an_env_with_a_mistake():
+    assert load_config(None, ["warm_start.recovery_fraction=0.25"]).warm_start.recovery_fraction
+    with pytest.raises(ConfigError, match=r"recovery_fraction must be in \[0, 1\], got 1.5"):
+        load_config(None, ["warm_start.recovery_fraction=1.5"])
+    with pytest.raises(ConfigError, match="num_tasks=0 disables the warm start"):
+        load_config(None, ["warm_start.recovery_fraction=0.25", "warm_start.num_tasks=0"])
+    with pytest.raises(ConfigError, match="env.name=calculator's scripted expert has no mistake"):
+        load_config("calculator_grpo", ["warm_start.recovery_fraction=0.25"])
+
+
 def test_malformed_recipes(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(write(tmp_path, "model: [unclosed\n"))

@@ -162,3 +162,33 @@ def test_eval_untrained_without_eval_before_is_refused():
     with pytest.raises(ConfigError, match="trainer.eval_untrained is set but does nothing"):
         load_config(None, [*TINY, "trainer.eval_before=false", "trainer.eval_untrained=true"])
     load_config(None, [*TINY, "trainer.eval_before=false"])  # the default says nothing
+
+
+def test_recovery_demonstrations_reach_the_warm_start(tmp_path, monkeypatch, capsys):
+    """warm_start.recovery_fraction=1: the warm start trains on episodes that open with the
+    env's scripted mistake, its tokens untrained, and says how many did."""
+    from agentic_rl.train import loop
+    from agentic_rl.train.collect import opens_untrained
+
+    trained: list = []
+    real = loop.warm_start_sft
+
+    def recorded(cfg, model, trajectories, *args, **kwargs):
+        trained.extend(trajectories)
+        return real(cfg, model, trajectories, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "warm_start_sft", recorded)
+    # a recovery takes three turns (the mistake, the search, the answer): smoke allows two
+    cfg = tiny_cfg(
+        tmp_path,
+        1,
+        "warm_start.recovery_fraction=1.0",
+        "rollout.max_turns=4",
+        "trainer.eval_before=false",
+    )
+    train(cfg)
+    opened = [t for t in trained if opens_untrained(t)]
+    assert opened and all(t.num_generated for t in trained)
+    assert f"warm start: {len(opened)} of {len(trained)} expert episodes open" in (
+        capsys.readouterr().out
+    )

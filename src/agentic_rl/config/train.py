@@ -43,6 +43,11 @@ class WarmStartConfig:
     """Learning rate of the warm start."""
     batch_size: int = 8
     """Episodes per warm-start optimiser step (run in micro-batches of optim.micro_batch_size)."""
+    recovery_fraction: float = 0.0
+    """Share of the expert episodes that open with the env's scripted mistake (`expert_mistake`,
+    e.g. a misspelt search) where the task has one, then the expert's recovery. The mistake is
+    shown but not trained (loss mask 0), so the model learns to recover in the context a
+    mistake leaves without learning to make it. Needs an env with `expert_mistake`."""
 
 
 @dataclass

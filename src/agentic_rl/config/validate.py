@@ -143,6 +143,15 @@ def validate(cfg: Config, explicit: Collection[str] = ()) -> None:
     validate_turns(cfg, explicit)
     if cfg.warm_start.num_tasks == 0 and cfg.warm_start.epochs != 1:
         raise ConfigError("warm_start.epochs is set but warm_start.num_tasks=0 disables it")
+    if not 0 <= cfg.warm_start.recovery_fraction <= 1:
+        raise ConfigError(
+            "warm_start.recovery_fraction must be in [0, 1], got "
+            f"{cfg.warm_start.recovery_fraction}"
+        )
+    if cfg.warm_start.num_tasks == 0 and cfg.warm_start.recovery_fraction:
+        raise ConfigError(
+            "warm_start.recovery_fraction is set but warm_start.num_tasks=0 disables the warm start"
+        )
     if cfg.rollout.max_tokens_per_turn > cfg.rollout.max_total_tokens:
         raise ConfigError("rollout.max_tokens_per_turn exceeds rollout.max_total_tokens")
     _validate_policy_loss(cfg)

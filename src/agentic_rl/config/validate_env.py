@@ -79,7 +79,7 @@ def _validate_task_selection(cfg: Config) -> None:
 
 def _validate_env_sources(cfg: Config) -> None:
     """env.train_file / env.eval_file, and the scripted expert a warm start needs."""
-    from agentic_rl.envs.base import has_expert
+    from agentic_rl.envs.base import has_expert, has_expert_mistake
     from agentic_rl.envs.registry import env_class, env_parameters, task_parameters
 
     env = cfg.env
@@ -113,6 +113,11 @@ def _validate_env_sources(cfg: Config) -> None:
             raise ConfigError(
                 f"warm_start.num_tasks: the warm start plays the env's scripted expert, and "
                 f"env.name={env.name} has none (no expert_turn): set warm_start.num_tasks=0"
+            )
+        if cfg.warm_start.recovery_fraction and not has_expert_mistake(cls):
+            raise ConfigError(
+                f"warm_start.recovery_fraction: env.name={env.name}'s scripted expert has no "
+                "mistake to recover from (no expert_mistake): set warm_start.recovery_fraction=0"
             )
         reads_rows = getattr(cls, "expert_reads_task_files", False)
         if env.train_file and cls.__module__.startswith("agentic_rl.") and not reads_rows:

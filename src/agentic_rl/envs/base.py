@@ -25,7 +25,11 @@ class Env(Protocol):
     """An environment the agent acts in. See DESIGN.md, "Contracts".
 
     Optional: `expert_turn()` (a scripted expert, used by warm starts and checked by
-    `check_env` where the env has one: see `has_expert`) and the class attribute
+    `check_env` where the env has one: see `has_expert`), `expert_mistake()` (an opening turn
+    the expert plays wrong on purpose, as the policy does, e.g. a misspelt search; None where
+    the task has no such mistake: the warm start shows a `warm_start.recovery_fraction` of its
+    episodes opening with it, untrained, then the expert's recovery, and `check_env` checks
+    that the expert recovers; see `has_expert_mistake`) and the class attribute
     `anchor_states = True` (observations carry `Observation.anchor`, which GiGPO groups on);
     `task_fields` (the `Task.fields` keys every task must carry, so a user's task-file row
     without one is refused at load, naming the row: envs/task_files.py) and
@@ -85,6 +89,14 @@ def has_expert(env: Any) -> bool:
     that is not `ToolEnv`'s unimplemented placeholder."""
     method = getattr(env if isinstance(env, type) else type(env), "expert_turn", None)
     return callable(method) and method is not ToolEnv.expert_turn
+
+
+def has_expert_mistake(env: Any) -> bool:
+    """Whether `env` (an instance or a class) has a scripted mistake to recover from: an
+    `expert_mistake` method beside its expert (see `Env`)."""
+    return has_expert(env) and callable(
+        getattr(env if isinstance(env, type) else type(env), "expert_mistake", None)
+    )
 
 
 def is_branchable(env: Any) -> bool:
@@ -376,10 +388,23 @@ def _check_answers(env: Env, task: Task, seed: int) -> None:
     _require(gold >= wrong, "gold answer scores >= a wrong one", f"{gold} < {wrong}")
 
 
-def _check_expert(env: Env, task: Task, seed: int, max_turns: int) -> None:
+def _check_expert(env: Env, task: Task, seed: int, max_turns: int, mistake: bool = False) -> None:
+    """The expert succeeds; with `mistake`, after opening with its scripted mistake."""
     env.reset(task, seed)
     tools = {tool.name: tool for tool in env.tools}
-    turns = []
+    turns: list[str] = []
+    if mistake:
+        wrong = env.expert_mistake()  # type: ignore[attr-defined]
+        if wrong is None:  # no plausible mistake on this task: nothing to recover from
+            return
+        _require(isinstance(wrong, str), "expert_mistake returns a str or None", repr(wrong))
+        turns.append(wrong)
+        result = env.step(_parse_expert(wrong, tools))
+        _require(
+            not (result.terminated or result.truncated),
+            "expert recovers from its mistake",
+            f"{task.task_id}: the mistake {wrong!r} ended the episode, leaving nothing to recover",
+        )
     for _ in range(max_turns):
         text = env.expert_turn()
         turns.append(text)
@@ -498,7 +523,8 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
     expert succeeds (info["success"] or reward 1.0) within `max_expert_turns` turns (or the
     env's class attribute `expert_turn_limit`, if larger). An env without a scripted expert
     (no `expert_turn`, see `has_expert`) skips that last check: it can still be trained, only
-    not warm-started. Tasks without gold answers (a task solved by acting, never answered in
+    not warm-started. An env with a scripted mistake (`expert_mistake`) must also succeed
+    after opening with it, where the task has one. Tasks without gold answers (a task solved by acting, never answered in
     text, e.g. image planning) and envs whose answer does not end the episode (class attribute
     `answer_ends_episode = False`: a multi-agent team where another role reviews the answer)
     skip the answer check. An expert episode the env truncates (its
@@ -528,6 +554,17 @@ def check_env(env: Env, tasks: list[Task], seed: int = 0, max_expert_turns: int 
             skipped.append(f"gold answer scores >= a wrong one ({why})")
         if expert and task_has_expert(task):
             _guarded("expert succeeds", task, _check_expert, env, task, seed, max_expert_turns)
+            if has_expert_mistake(env):
+                _guarded(
+                    "expert recovers from its mistake",
+                    task,
+                    _check_expert,
+                    env,
+                    task,
+                    seed,
+                    max_expert_turns,
+                    True,
+                )
         elif expert and not any(s.startswith("expert succeeds on") for s in skipped):
             skipped.append("expert succeeds on tasks marked has_expert=false (it has none)")
         if is_branchable(env):

@@ -8,6 +8,7 @@ multi-agent role actor (rollout/roles.py) wraps either.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -68,18 +69,38 @@ def policy_actor(
     return act
 
 
-def expert_actor(fmt: ChatFormat, tokenizer: Any) -> Actor:
+def opens_with_mistake(recovery_fraction: float, seed: int, episode: Episode) -> bool:
+    """Whether the warm start's `episode` (by its place in the rollout) opens with the env's
+    scripted mistake: a `recovery_fraction` share of episodes, drawn from `seed`."""
+    if recovery_fraction <= 0:
+        return False
+    draw = random.Random(f"warm_start/recovery/{seed}/{episode.index}").random()
+    return draw < recovery_fraction
+
+
+def expert_actor(
+    fmt: ChatFormat, tokenizer: Any, recovery_fraction: float = 0.0, seed: int = 0
+) -> Actor:
     """Play the env's scripted expert (tag-format text) in the target chat format.
 
     This is demonstration data for the supervised warm start, so tokenising its text is the one
-    place model-side tokens come from text; behaviour logprobs are 0 (unused by SFT)."""
+    place model-side tokens come from text; behaviour logprobs are 0 (unused by SFT).
+
+    With `recovery_fraction` (warm_start.recovery_fraction) that share of episodes opens with
+    the env's scripted mistake (`expert_mistake`, e.g. a misspelt search) where the task has
+    one; the mistake's tokens are marked inserted (loss mask 0, as an observation's), so the
+    warm start trains the expert's recovery in the context the mistake left and never the
+    mistake itself."""
     tag_parsers: dict[int, TagFormat] = {}
 
     def act(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
         out = []
-        for ep in episodes:
+        for ep, budget in zip(episodes, budgets, strict=True):
             parser = tag_parsers.setdefault(id(ep.env), TagFormat(ep.env.tools))
-            text = ep.env.expert_turn()
+            mistake = None
+            if turn == 0 and opens_with_mistake(recovery_fraction, seed, ep):
+                mistake = ep.env.expert_mistake()
+            text = ep.env.expert_turn() if mistake is None else mistake
             action = parser.parse(text, "stop")
             rendered = text
             if action.kind in ("tool", "answer"):
@@ -89,8 +110,9 @@ def expert_actor(fmt: ChatFormat, tokenizer: Any) -> Actor:
                 if ep.think_mode == "no_think":  # the empty thinking block is prefilled
                     thought = None
                 rendered = (thought.group(0) if thought else "") + fmt.render_action(action)
-            ids = encode_text(tokenizer, rendered)[: max(budgets[0], 1)]
-            out.append(Completion(ids, [0.0] * len(ids), "stop", rendered))
+            ids = encode_text(tokenizer, rendered)[: max(budget, 1)]
+            untrained = [(0, len(ids))] if mistake is not None else []
+            out.append(Completion(ids, [0.0] * len(ids), "stop", rendered, inserted=untrained))
         return out
 
     return act

@@ -91,6 +91,9 @@ class EnvWorker:
     def expert_turn(self, key: str) -> str:
         return self.envs[key].expert_turn()
 
+    def expert_mistake(self, key: str) -> str | None:
+        return self.envs[key].expert_mistake()
+
     def release(self, keys: list[str]) -> None:
         for key in keys:
             self.envs.pop(key, None)
@@ -139,6 +142,9 @@ class RemoteEnv:
 
     def expert_turn(self) -> str:
         return self.pool.call(self, "expert_turn")
+
+    def expert_mistake(self) -> str | None:
+        return self.pool.call(self, "expert_mistake")
 
 
 class EnvPool:

@@ -137,3 +137,57 @@ def test_expert_searches_again_when_the_answer_was_not_seen():
     assert env.expert_turn() == expected
     env.step(Action("tool", name="search", arguments={"query": "zzzz"}))
     assert env.expert_turn() == f"<answer>{task.answers[0]}</answer>"  # two searches: answer
+
+
+def _dropped_one_letter(misspelt: str, name: str) -> bool:
+    """`misspelt` is `name` with one letter after the first of one part removed."""
+    wrong, right = misspelt.split(), name.split()
+    differ = [(w, r) for w, r in zip(wrong, right, strict=True) if w != r]
+    if len(differ) != 1:
+        return False
+    w, r = differ[0]
+    return (
+        len(w) == len(r) - 1
+        and w[0] == r[0]
+        and any(r[:j] + r[j + 1 :] == w for j in range(1, len(r)))
+    )
+
+
+def test_expert_mistake_is_a_misspelt_search_that_loses_the_document_and_is_recovered():
+    env = SearchQAEnv(topk=2)
+    tasks = make_search_qa_tasks("train", 40, seed=2)
+    mistakes = 0
+    for task in tasks:
+        env.reset(task, seed=5)
+        mistake = env.expert_mistake()
+        if mistake is None:
+            continue
+        mistakes += 1
+        env.reset(task, seed=5)
+        assert env.expert_mistake() == mistake  # the episode's seed picks it
+        query = mistake.removeprefix("<search>").removesuffix("</search>")
+        assert _dropped_one_letter(query, task.fields["entity"]), (query, task.fields["entity"])
+        shown = env.step(Action("tool", name="search", arguments={"query": query}))
+        assert f'"{task.fields["entity"]}"' not in shown.observation.content
+        recovery = env.expert_turn()
+        assert recovery.startswith(f"<search>{task.fields['entity']} ")
+        query = recovery.removeprefix("<search>").removesuffix("</search>")
+        env.step(Action("tool", name="search", arguments={"query": query}))
+        assert env.expert_turn() == f"<answer>{task.answers[0]}</answer>"
+        assert env.step(Action("answer", text=task.answers[0])).reward == 1.0
+    assert 10 <= mistakes < len(tasks)  # most names have one; some do not
+
+
+def test_expert_answers_only_from_the_persons_own_document():
+    """A town's page names the person and holds their city, but is not their document: the
+    expert searches again rather than answer from it."""
+    env = SearchQAEnv(topk=1)
+    task = next(
+        t for t in make_search_qa_tasks("train", 60) if t.fields["attribute"] == "birthplace"
+    )
+    env.reset(task, seed=0)
+    town = env.step(Action("tool", name="search", arguments={"query": task.answers[0]}))
+    content = town.observation.content
+    assert task.fields["entity"] in content and cover_exact_match(content, task.answers) > 0
+    assert f'"{task.fields["entity"]}"' not in content
+    assert env.expert_turn().startswith(f"<search>{task.fields['entity']} ")

@@ -201,13 +201,45 @@ class SearchQAEnv(ToolEnv):
         return exact_match(text, self.task.answers)
 
     def expert_turn(self) -> str:
-        """Search the person's name; answer once the answer was seen, else search once more."""
+        """Search the person's name; answer once their document showed the answer, else search
+        once more with the attribute's words (this also recovers from `expert_mistake`)."""
         assert self.task is not None, "expert_turn() before reset()"
         fields = self.task.fields
         searches = self.num_tool_calls()
-        seen = cover_exact_match(self.last_observation(), self.task.answers) > 0
+        shown = self.last_observation()
+        # Their own document (titled with the name): another person's may hold the same city.
+        seen = f'"{fields["entity"]}"' in shown and cover_exact_match(shown, self.task.answers) > 0
         if searches == 0:
             return f"<search>{fields['entity']}</search>"
         if not seen and searches == 1:
             return f"<search>{fields['entity']} {QUERY_HINTS[fields['attribute']]}</search>"
         return f"<answer>{self.task.answers[0]}</answer>"
+
+    def expert_mistake(self) -> str | None:
+        """A search for the person's name misspelt as the policy misspells it (one letter after
+        the first dropped from one part), chosen among those whose top k leaves the person's
+        document out; None where no such misspelling exists. The episode's seed picks it.
+
+        Why: the policy's own misspelt searches return someone else's document and it answers
+        from that (bench/search_failures.py, `query_misspelled`); the scripted expert never
+        misspells, so no demonstration shows the recovery, a second search, without this."""
+        assert self.task is not None, "expert_mistake() before reset()"
+        name, doc_id = self.task.fields["entity"], str(self.task.fields["support_doc_ids"][0])
+        parts = name.split()
+        misspelt = [
+            " ".join([*parts[:i], part[:j] + part[j + 1 :], *parts[i + 1 :]])
+            for i, part in enumerate(parts)
+            for j in range(1, len(part))
+        ]
+        tool = self.tools[0]
+        assert isinstance(tool, BM25Search)
+        hits = tool.retrieve(misspelt)
+        missing = [
+            q
+            for q, top in zip(misspelt, hits, strict=True)
+            if all(hit["document"]["id"] != doc_id for hit in top)
+        ]
+        if not missing:
+            return None
+        query = random.Random(f"search_qa/mistake/{self.task.task_id}/{self.seed}").choice(missing)
+        return f"<search>{query}</search>"
