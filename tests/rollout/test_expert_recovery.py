@@ -81,3 +81,31 @@ def test_the_share_of_mistakes_follows_the_fraction_and_the_seed(tokenizer) -> N
     quarter = picks(0.25, 0)
     assert 70 <= len(quarter) <= 130  # ~100 of 400
     assert picks(0.25, 0) == quarter and picks(0.25, 1) != quarter
+
+
+def test_a_solvers_untrained_guess_shows_the_verifier_rejecting(tokenizer) -> None:
+    """The solver / verifier team with no trained guesses (expert_mistakes=0): recovery
+    demonstrations open with the solver's wrong guess, untrained; the verifier's rejection and
+    the solver's computed answer are trained, each in its role's own sample."""
+    from agentic_rl.envs.math.calculator import make_calculator_tasks
+    from agentic_rl.envs.multiagent.solver_verifier import SOLVER, VERIFIER, SolverVerifierEnv
+    from agentic_rl.rollout.memory import run_memory_episodes
+
+    tasks = make_calculator_tasks("train", 4, seed=0)
+    envs = [SolverVerifierEnv(expert_mistakes=0.0) for _ in tasks]
+    fmt = TagFormat(envs[0].tools)
+    act = expert_actor(fmt, tokenizer, recovery_fraction=1.0, seed=0)
+    cfg = RolloutConfig(mode="memory", max_turns=10, max_tokens_per_turn=48)
+    episodes = run_memory_episodes(
+        envs, tasks, [t.task_id for t in tasks], act, fmt, tokenizer, cfg, 0
+    )
+    for task, samples in zip(tasks, episodes, strict=True):
+        roles = [s.role for s in samples]
+        assert roles == [SOLVER, VERIFIER, VERIFIER, SOLVER, SOLVER, VERIFIER, VERIFIER]
+        replies = [tokenizer.decode(s.token_ids[s.prompt_length :]) for s in samples]
+        assert replies[0] == f"<answer>{int(task.answers[0]) + 10}</answer>"
+        assert samples[0].num_generated == 0  # the guess: shown, not trained
+        assert "<verdict>reject</verdict>" in replies[2] and samples[2].num_generated > 0
+        assert "<verdict>accept</verdict>" in replies[6]
+        assert all(s.num_generated for s in samples[1:])
+        assert samples[-1].reward == 1.0

@@ -48,7 +48,9 @@ counted (`invalid_action`) and answered in the role's next conversation.
 
 The scripted team (`expert_turn`) computes and answers; on `expert_mistakes` of the tasks (by
 task id) the scripted solver first guesses a wrong answer without computing, which the scripted
-verifier checks and rejects, so the warm start shows both verdicts.
+verifier checks and rejects, so the warm start shows both verdicts (and trains the solver on
+its guesses). `expert_mistake` is the same guess for recovery demonstrations
+(warm_start.recovery_fraction): shown with loss mask 0, so only the rejection and the fix train.
 """
 
 from __future__ import annotations
@@ -277,3 +279,13 @@ class SolverVerifierEnv:
             return f"<calc>{expression}</calc>"
         verdict = ACCEPT if self._is_correct(self.proposals[-1]) else REJECT
         return f"<verdict>{verdict}</verdict>"
+
+    def expert_mistake(self) -> str | None:
+        """The solver's opening guess, wrong and not computed, as `expert_mistakes` plays it;
+        with warm_start.recovery_fraction it is shown untrained, so the warm start shows the
+        verifier's rejection and the solver's computed answer without teaching the solver to
+        guess (`expert_mistakes` trains its guesses: set it to 0 to keep only these)."""
+        assert self.task is not None, "expert_mistake() before reset()"
+        if self.phase != "solve" or self.proposals or self.calc:
+            return None
+        return f"<answer>{int(self.task.answers[0]) + 10}</answer>"
