@@ -51,22 +51,59 @@ def doc_form(text: str) -> str:
     return next((name for name, pattern in DOC_FORMS.items() if pattern.search(body)), "other")
 
 
-def classify(record: dict[str, Any], people: dict[str, Any], docs: dict[str, str]) -> dict:
-    match = TASK_ID.match(record["task_id"])
-    if match is None:
-        raise ValueError(f"not a search_qa task id: {record['task_id']!r}")
-    person = people[match["doc"]]
+def searches(record: dict[str, Any]) -> tuple[list[str], list[set[str]], str | None]:
+    """An episode's search queries, the document titles each search showed, and its answer."""
     pieces = record["pieces"]
-    queries, shown, answer = [], set(), None
+    queries: list[str] = []
+    shown: list[set[str]] = []
+    answer = None
     for turn in record["turns"]:
         action = turn.get("action") or {}
         if action.get("kind") == "tool":
             queries.append(str((action.get("arguments") or {}).get("query", "")))
+            start, end = turn.get("obs") or (0, 0)
+            shown.append(set(TITLE.findall("".join(pieces[start:end]))))
         elif action.get("kind") == "answer":
             answer = action.get("text")
-        if turn.get("obs"):
-            start, end = turn["obs"]
-            shown.update(TITLE.findall("".join(pieces[start:end])))
+    return queries, shown, answer
+
+
+def task_of(record: dict[str, Any]) -> re.Match[str]:
+    """The person's document id and the attribute asked, from the episode's task id."""
+    match = TASK_ID.match(record["task_id"])
+    if match is None:
+        raise ValueError(f"not a search_qa task id: {record['task_id']!r}")
+    return match
+
+
+def search_behaviour(records: list[dict[str, Any]], people: dict[str, Any]) -> dict[str, Any]:
+    """How the policy searched: episodes by number of searches, and those whose first search
+    did not show the person's document, how many searched again until it did (`recovered`)
+    and how many of those then answered right."""
+    counts: collections.Counter[int] = collections.Counter()
+    missed = recovered = recovered_right = 0
+    for record in records:
+        name = people[task_of(record)["doc"]].name
+        _, shown, _ = searches(record)
+        counts[len(shown)] += 1
+        if shown and name not in shown[0]:
+            missed += 1
+            if any(name in later for later in shown[1:]):
+                recovered += 1
+                recovered_right += bool(record["success"])
+    return {
+        "episodes_by_searches": {str(n): counts[n] for n in sorted(counts)},
+        "first_search_missed": missed,
+        "recovered": recovered,
+        "recovered_and_right": recovered_right,
+    }
+
+
+def classify(record: dict[str, Any], people: dict[str, Any], docs: dict[str, str]) -> dict:
+    match = task_of(record)
+    person = people[match["doc"]]
+    queries, shown_by_search, answer = searches(record)
+    shown = set().union(*shown_by_search)
     if not queries:
         cause = "no_search"
     elif person.name in shown:
@@ -115,6 +152,7 @@ def failures(run_dir: Path, split: str) -> dict[str, Any]:
             collections.Counter(f["doc_form"] for f in failed if f["cause"] == "wrong_answer")
         ),
         "episodes_by_doc_form": dict(forms),
+        "search_behaviour": search_behaviour(records, people),
         "failures": failed,
     }
 

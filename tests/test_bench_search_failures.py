@@ -115,3 +115,29 @@ def test_missing_split_is_a_clear_error(run_dir):
     path, _, _ = run_dir
     with pytest.raises(SystemExit, match="no 'eval_before' episodes"):
         bench.failures(path, "eval_before")
+
+
+def test_search_behaviour_by_hand(tmp_path):
+    """Searches per episode; a first search that missed the person's document, recovered by a
+    second one (answered right, and wrong), and one never recovered."""
+    world = build_world(DEFAULT_NUM_ENTITIES, 0)
+    a, b, other = split_people(world, "eval")[:3]
+    records = [
+        episode(1, "eval", f"sqa-eval-{a.doc_id}-birthplace-1", True,
+                [(search(a.name), titles(a.name)), (answer(a.birthplace), None)]),
+        episode(1, "eval", f"sqa-eval-{b.doc_id}-employer-0", True,
+                [(search(b.name[:-1]), titles(other.name)), (search(b.name), titles(b.name)),
+                 (answer(b.employer), None)]),
+        episode(1, "eval", f"sqa-eval-{b.doc_id}-profession-0", False,
+                [(search(b.name[:-1]), titles(other.name)), (search(b.name), titles(b.name)),
+                 (answer("pilot"), None)]),
+        episode(1, "eval", f"sqa-eval-{a.doc_id}-employer-2", False,
+                [(search(a.name[:-1]), titles(other.name)), (answer("Nowhere Ltd"), None)]),
+    ]  # fmt: skip
+    people = {p.doc_id: p for p in world.people}
+    assert bench.search_behaviour(records, people) == {
+        "episodes_by_searches": {"1": 2, "2": 2},
+        "first_search_missed": 3,
+        "recovered": 2,
+        "recovered_and_right": 1,
+    }
