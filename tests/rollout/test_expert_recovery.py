@@ -8,11 +8,11 @@ from __future__ import annotations
 from agentic_rl.config.rollout import RolloutConfig
 from agentic_rl.envs.search.single_hop import SearchQAEnv, make_search_qa_tasks
 from agentic_rl.formats.chat import TagFormat
-from agentic_rl.rollout.actors import expert_actor, opens_with_mistake
+from agentic_rl.rollout.actors import expert_actor, shows_mistake
 from agentic_rl.rollout.episode import Episode
 from agentic_rl.rollout.loop import run_episodes
 from agentic_rl.rollout.stepwise import run_stepwise
-from agentic_rl.train.collect import opens_untrained
+from agentic_rl.train.collect import has_untrained_turn
 
 CFG = RolloutConfig(max_turns=4, max_tokens_per_turn=48, max_total_tokens=600)
 
@@ -37,7 +37,7 @@ def test_the_mistake_is_shown_untrained_and_the_recovery_trained(tokenizer) -> N
         turns = _turns(tokenizer, trajectory)
         first, *rest = trajectory.turn_spans
         name = task.fields["entity"]
-        if opens_untrained(trajectory):  # the mistake: a search for another name, mask 0
+        if has_untrained_turn(trajectory):  # the mistake: a search for another name, mask 0
             opened += 1
             assert turns[0].startswith("<search>") and f"<search>{name}</search>" != turns[0]
             assert turns[1].startswith(f"<search>{name} ")  # the recovery search, trained
@@ -45,7 +45,7 @@ def test_the_mistake_is_shown_untrained_and_the_recovery_trained(tokenizer) -> N
         else:  # a task without a mistake that loses the document: the plain expert
             assert turns[0] == f"<search>{name}</search>"
         # every other turn is the expert's, trained token for token
-        for start, end in rest + ([] if opens_untrained(trajectory) else [first]):
+        for start, end in rest + ([] if has_untrained_turn(trajectory) else [first]):
             assert all(trajectory.loss_mask[start:end])
     assert 0 < opened < len(tasks)
 
@@ -59,7 +59,7 @@ def test_no_recovery_fraction_plays_the_plain_expert(tokenizer) -> None:
     default = run_episodes(envs, tasks, [t.task_id for t in tasks], act, fmt, tokenizer, CFG, 0)
     assert [t.token_ids for t in plain] == [t.token_ids for t in default]
     assert [t.loss_mask for t in plain] == [t.loss_mask for t in default]
-    assert not any(opens_untrained(t) for t in plain)
+    assert not any(has_untrained_turn(t) for t in plain)
 
 
 def test_step_mode_leaves_the_mistake_step_without_a_trained_token(tokenizer) -> None:
@@ -75,7 +75,7 @@ def test_step_mode_leaves_the_mistake_step_without_a_trained_token(tokenizer) ->
 def test_the_share_of_mistakes_follows_the_fraction_and_the_seed(tokenizer) -> None:
     def picks(fraction: float, seed: int) -> list[int]:
         episodes = [Episode(None, None, "g", [], 0, index=i) for i in range(400)]  # type: ignore[arg-type]
-        return [i for i, ep in enumerate(episodes) if opens_with_mistake(fraction, seed, ep)]
+        return [i for i, ep in enumerate(episodes) if shows_mistake(fraction, seed, ep)]
 
     assert picks(0.0, 0) == [] and len(picks(1.0, 0)) == 400
     quarter = picks(0.25, 0)

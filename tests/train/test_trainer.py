@@ -165,10 +165,10 @@ def test_eval_untrained_without_eval_before_is_refused():
 
 
 def test_recovery_demonstrations_reach_the_warm_start(tmp_path, monkeypatch, capsys):
-    """warm_start.recovery_fraction=1: the warm start trains on episodes that open with the
-    env's scripted mistake, its tokens untrained, and says how many did."""
+    """warm_start.recovery_fraction=1: the warm start trains on episodes that show the env's
+    scripted mistake, its tokens untrained, and says how many did."""
     from agentic_rl.train import loop
-    from agentic_rl.train.collect import opens_untrained
+    from agentic_rl.train.collect import has_untrained_turn
 
     trained: list = []
     real = loop.warm_start_sft
@@ -187,8 +187,8 @@ def test_recovery_demonstrations_reach_the_warm_start(tmp_path, monkeypatch, cap
         "trainer.eval_before=false",
     )
     train(cfg)
-    opened = [t for t in trained if opens_untrained(t)]
+    opened = [t for t in trained if has_untrained_turn(t)]
     assert opened and all(t.num_generated for t in trained)
-    assert f"warm start: {len(opened)} of {len(trained)} expert episodes open" in (
+    assert f"warm start: {len(opened)} of {len(trained)} expert episodes show" in (
         capsys.readouterr().out
     )

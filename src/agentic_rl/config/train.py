@@ -44,10 +44,10 @@ class WarmStartConfig:
     batch_size: int = 8
     """Episodes per warm-start optimiser step (run in micro-batches of optim.micro_batch_size)."""
     recovery_fraction: float = 0.0
-    """Share of the expert episodes that open with the env's scripted mistake (`expert_mistake`,
-    e.g. a misspelt search) where the task has one, then the expert's recovery. The mistake is
-    shown but not trained (loss mask 0), so the model learns to recover in the context a
-    mistake leaves without learning to make it. Needs an env with `expert_mistake`."""
+    """Share of the expert episodes that show the env's scripted mistake (`expert_mistake`,
+    e.g. a misspelt first search) where the env offers one, then the expert's recovery. The
+    mistake is shown but not trained (loss mask 0), so the model learns to recover in the
+    context a mistake leaves without learning to make it. Needs an env with `expert_mistake`."""
 
 
 @dataclass

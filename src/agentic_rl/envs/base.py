@@ -25,11 +25,12 @@ class Env(Protocol):
     """An environment the agent acts in. See DESIGN.md, "Contracts".
 
     Optional: `expert_turn()` (a scripted expert, used by warm starts and checked by
-    `check_env` where the env has one: see `has_expert`), `expert_mistake()` (an opening turn
-    the expert plays wrong on purpose, as the policy does, e.g. a misspelt search; None where
-    the task has no such mistake: the warm start shows a `warm_start.recovery_fraction` of its
-    episodes opening with it, untrained, then the expert's recovery, and `check_env` checks
-    that the expert recovers; see `has_expert_mistake`) and the class attribute
+    `check_env` where the env has one: see `has_expert`), `expert_mistake()` (a turn the
+    expert plays wrong on purpose, as the policy does, e.g. a misspelt first search: the
+    mistake to play at this point of the episode, None where it has none here, and None once
+    it was played; a `warm_start.recovery_fraction` of the warm start's episodes shows it,
+    untrained, then the expert's recovery, and `check_env` checks that the expert recovers;
+    see `has_expert_mistake`) and the class attribute
     `anchor_states = True` (observations carry `Observation.anchor`, which GiGPO groups on);
     `task_fields` (the `Task.fields` keys every task must carry, so a user's task-file row
     without one is refused at load, naming the row: envs/task_files.py) and
@@ -389,24 +390,22 @@ def _check_answers(env: Env, task: Task, seed: int) -> None:
 
 
 def _check_expert(env: Env, task: Task, seed: int, max_turns: int, mistake: bool = False) -> None:
-    """The expert succeeds; with `mistake`, after opening with its scripted mistake."""
+    """The expert succeeds; with `mistake`, playing its scripted mistake where the env offers
+    it (once: the env must stop offering it after it was played)."""
     env.reset(task, seed)
     tools = {tool.name: tool for tool in env.tools}
     turns: list[str] = []
-    if mistake:
-        wrong = env.expert_mistake()  # type: ignore[attr-defined]
-        if wrong is None:  # no plausible mistake on this task: nothing to recover from
-            return
-        _require(isinstance(wrong, str), "expert_mistake returns a str or None", repr(wrong))
-        turns.append(wrong)
-        result = env.step(_parse_expert(wrong, tools))
+    played = 0
+    for _ in range(max_turns + int(mistake)):
+        wrong = env.expert_mistake() if mistake else None  # type: ignore[attr-defined]
+        _require(wrong is None or isinstance(wrong, str), "expert_mistake returns a str or None")
+        played += wrong is not None
         _require(
-            not (result.terminated or result.truncated),
-            "expert recovers from its mistake",
-            f"{task.task_id}: the mistake {wrong!r} ended the episode, leaving nothing to recover",
+            played <= 1,
+            "expert_mistake is offered once",
+            f"{task.task_id}: offered again after {turns}",
         )
-    for _ in range(max_turns):
-        text = env.expert_turn()
+        text = env.expert_turn() if wrong is None else wrong
         turns.append(text)
         result = env.step(_parse_expert(text, tools))
         if result.truncated and not result.terminated:

@@ -69,8 +69,8 @@ def policy_actor(
     return act
 
 
-def opens_with_mistake(recovery_fraction: float, seed: int, episode: Episode) -> bool:
-    """Whether the warm start's `episode` (by its place in the rollout) opens with the env's
+def shows_mistake(recovery_fraction: float, seed: int, episode: Episode) -> bool:
+    """Whether the warm start's `episode` (by its place in the rollout) shows the env's
     scripted mistake: a `recovery_fraction` share of episodes, drawn from `seed`."""
     if recovery_fraction <= 0:
         return False
@@ -86,11 +86,11 @@ def expert_actor(
     This is demonstration data for the supervised warm start, so tokenising its text is the one
     place model-side tokens come from text; behaviour logprobs are 0 (unused by SFT).
 
-    With `recovery_fraction` (warm_start.recovery_fraction) that share of episodes opens with
-    the env's scripted mistake (`expert_mistake`, e.g. a misspelt search) where the task has
-    one; the mistake's tokens are marked inserted (loss mask 0, as an observation's), so the
-    warm start trains the expert's recovery in the context the mistake left and never the
-    mistake itself."""
+    With `recovery_fraction` (warm_start.recovery_fraction) that share of episodes plays the
+    env's scripted mistake (`expert_mistake`, e.g. a misspelt first search) at the turn the env
+    offers it (the env returns None elsewhere, and once it was played); the mistake's tokens
+    are marked inserted (loss mask 0, as an observation's), so the warm start trains the
+    expert's recovery in the context the mistake left and never the mistake itself."""
     tag_parsers: dict[int, TagFormat] = {}
 
     def act(episodes: list[Episode], budgets: list[int], turn: int) -> list[Completion]:
@@ -98,7 +98,7 @@ def expert_actor(
         for ep, budget in zip(episodes, budgets, strict=True):
             parser = tag_parsers.setdefault(id(ep.env), TagFormat(ep.env.tools))
             mistake = None
-            if turn == 0 and opens_with_mistake(recovery_fraction, seed, ep):
+            if shows_mistake(recovery_fraction, seed, ep):
                 mistake = ep.env.expert_mistake()
             text = ep.env.expert_turn() if mistake is None else mistake
             action = parser.parse(text, "stop")

@@ -324,8 +324,8 @@ def expert_tasks(tasks: list[Task], what: str) -> list[Task]:
 def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:
     """Scripted-expert samples of `num_tasks` training tasks (successful episodes only; in step
     mode their step samples, so the model learns in the contexts it will act in) and the
-    number of successful episodes. With warm_start.recovery_fraction a share of them opens
-    with the env's scripted mistake, untrained (rollout/actors.py `expert_actor`); a sample
+    number of successful episodes. With warm_start.recovery_fraction a share of them shows
+    the env's scripted mistake, untrained (rollout/actors.py `expert_actor`); a sample
     left with no trained token (a step sample of the mistake) is dropped."""
     cfg = setup.cfg
     rng = random.Random(cfg.trainer.seed + 17)
@@ -335,20 +335,17 @@ def expert_demos(setup: Setup, num_tasks: int) -> tuple[list[Trajectory], int]:
     episodes = play(setup, tasks, [f"expert:{i}" for i in range(len(tasks))], act, seed=0)
     demos = [samples for samples in episodes if samples[0].metrics["success"] >= 1.0]
     if fraction > 0:
-        recovered = sum(opens_untrained(samples[0]) for samples in demos)
+        shown = sum(any(map(has_untrained_turn, samples)) for samples in demos)
         print(
-            f"warm start: {recovered} of {len(demos)} expert episodes open with the env's "
-            "scripted mistake (untrained) and recover",
+            f"warm start: {shown} of {len(demos)} expert episodes show the env's scripted "
+            "mistake (untrained) and recover",
             flush=True,
         )
     trained = [sample for samples in demos for sample in samples if sample.num_generated]
     return trained, len(demos)
 
 
-def opens_untrained(trajectory: Trajectory) -> bool:
-    """Whether the first turn of `trajectory` carries no trained token (an episode opened with
-    the expert's scripted mistake)."""
-    if not trajectory.turn_spans:
-        return False
-    start, end = trajectory.turn_spans[0]
-    return not any(trajectory.loss_mask[start:end])
+def has_untrained_turn(trajectory: Trajectory) -> bool:
+    """Whether a turn of `trajectory` carries no trained token (the expert's scripted mistake,
+    in a recovery demonstration)."""
+    return any(not any(trajectory.loss_mask[start:end]) for start, end in trajectory.turn_spans)

@@ -281,10 +281,11 @@ class SolverVerifierEnv:
         return f"<verdict>{verdict}</verdict>"
 
     def expert_mistake(self) -> str | None:
-        """The solver's opening guess, wrong and not computed, as `expert_mistakes` plays it;
-        with warm_start.recovery_fraction it is shown untrained, so the warm start shows the
-        verifier's rejection and the solver's computed answer without teaching the solver to
-        guess (`expert_mistakes` trains its guesses: set it to 0 to keep only these)."""
+        """The solver's first proposal as a guess, wrong and not computed (as `expert_mistakes`
+        plays it), offered until the solver first acts. With warm_start.recovery_fraction it is
+        shown untrained, so the warm start shows the verifier's rejection and the solver's
+        computed answer without teaching the solver to guess (`expert_mistakes` trains its
+        guesses: set it to 0 to keep only these)."""
         assert self.task is not None, "expert_mistake() before reset()"
         if self.phase != "solve" or self.proposals or self.calc:
             return None

@@ -216,14 +216,17 @@ class SearchQAEnv(ToolEnv):
         return f"<answer>{self.task.answers[0]}</answer>"
 
     def expert_mistake(self) -> str | None:
-        """A search for the person's name misspelt as the policy misspells it (one letter after
-        the first dropped from one part), chosen among those whose top k leaves the person's
-        document out; None where no such misspelling exists. The episode's seed picks it.
+        """The first search, for the person's name misspelt as the policy misspells it (one
+        letter after the first dropped from one part), chosen among those whose top k leaves
+        the person's document out; None after the first search, and where no such misspelling
+        exists. The episode's seed picks it.
 
         Why: the policy's own misspelt searches return someone else's document and it answers
         from that (bench/search_failures.py, `query_misspelled`); the scripted expert never
         misspells, so no demonstration shows the recovery, a second search, without this."""
         assert self.task is not None, "expert_mistake() before reset()"
+        if self.num_tool_calls():
+            return None
         name, doc_id = self.task.fields["entity"], str(self.task.fields["support_doc_ids"][0])
         parts = name.split()
         misspelt = [
