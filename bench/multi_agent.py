@@ -22,6 +22,11 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
                       a caught wrong answer earns, a rejected right one costs, accepting earns 0
                       (a rubber stamp is not paid; rejecting everything is, while most
                       proposals are wrong)
+  * solver_verifier_untrained_guesses  the mean-credit arm whose warm start shows the
+                      solver's wrong guesses untrained (env.options.expert_mistakes=0,
+                      warm_start.recovery_fraction=0.5): half the demonstrations hold a
+                      rejection, twice the recipe's share, and the solver is never taught to
+                      guess
   * solver_verifier_models  the mean-credit arm with a full model per role
                       (model.role_policies=models, no LoRA) at the full fine-tuning rates of
                       the other full-model recipes (planner_executor, calculator_grpo): warm
@@ -75,6 +80,10 @@ RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
     "solver_verifier_solver_term": ("solver_verifier", credit(0.5, "sum")),
     "solver_verifier_mean_credit": ("solver_verifier", credit(0.5, "mean")),
     "solver_verifier_counterfactual": ("solver_verifier", credit(0.5, "counterfactual")),
+    "solver_verifier_untrained_guesses": (
+        "solver_verifier",
+        [*credit(0.5, "mean"), "env.options.expert_mistakes=0", "warm_start.recovery_fraction=0.5"],
+    ),
     "debate": ("debate", []),
     "solver_verifier_models": (
         "solver_verifier",

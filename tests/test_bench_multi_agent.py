@@ -41,6 +41,10 @@ def test_every_arm_builds_its_env_with_its_options():
     recipe, overrides = bench.RECIPES["solver_verifier_counterfactual"]
     (env,) = make_envs(load_config(recipe, ["model.name=tiny", *overrides]), 1)
     assert (env.verdict_credit, env.solver_reward) == ("counterfactual", 0.5)
+    recipe, overrides = bench.RECIPES["solver_verifier_untrained_guesses"]
+    cfg = load_config(recipe, ["model.name=tiny", *overrides])
+    (env,) = make_envs(cfg, 1)
+    assert (env.expert_mistakes, cfg.warm_start.recovery_fraction) == (0.0, 0.5)
 
 
 def test_table_by_hand():
