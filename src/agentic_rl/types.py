@@ -112,7 +112,8 @@ class Completion:
     whose weights can lag the learner's (asynchronous rollouts)."""
     inserted: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) ranges of `token_ids` the framework inserted mid-turn (the thinking budget's
-    stop phrase): loss mask 0, logprob 0 (their `logprobs` entries are placeholders)."""
+    stop phrase) or that are shown but not trained (a warm start's scripted mistake, the whole
+    turn): loss mask 0, logprob 0 (their `logprobs` entries are placeholders)."""
     entropies: list[float] | None = None
     """The entropy (nats) of the distribution each of the first `SamplingParams.entropy_tokens`
     sampled tokens was drawn from, one per token; None where not asked for (computing it costs
