@@ -176,3 +176,30 @@ def test_the_roles_config_validation_reads_follow_the_number_of_debaters():
     assert cfg.rollout.train_roles == ["third"]
     with pytest.raises(ConfigError, match="third"):  # two debaters have no third
         load_config("debate", ["rollout.train_roles=[third]"])
+
+
+def play_with_mistakes(env, t):
+    """The scripted debate, playing `expert_mistake` wherever it is offered: the (role, round)
+    of each offer, and the last step's result."""
+    fmt = TagFormat(env.tools)
+    obs, offers = env.reset(t, seed=0), []
+    while True:
+        mistake = env.expert_mistake()
+        if mistake is not None:
+            offers.append((obs.role, env.round))
+        result = say(env, fmt, mistake or env.expert_turn())
+        if result.terminated or result.truncated:
+            return offers, result
+        obs = result.observation
+
+
+def test_the_scripted_mistake_is_the_second_debaters_first_guess_and_is_corrected():
+    """`expert_mistake` is offered at the second debater's first-round turn only; played
+    there, the scripted debaters correct it in round 2 and the team succeeds. With one round
+    there is nothing to correct, and it is never offered."""
+    for t in make_calculator_tasks("train", 6, seed=0):
+        offers, result = play_with_mistakes(DebateEnv(rounds=2, expert_mistakes=0.0), t)
+        assert offers == [("second", 1)]
+        assert result.info["success"] == 1.0 and result.info["corrections"] == 1
+        offers, result = play_with_mistakes(DebateEnv(rounds=1, expert_mistakes=0.0), t)
+        assert offers == [] and result.info["success"] == 1.0

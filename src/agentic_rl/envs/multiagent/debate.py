@@ -35,7 +35,9 @@ conversation.
 The scripted debaters (`expert_turn`) compute and answer; on `expert_mistakes` of the tasks (by
 task id) the second debater first guesses a wrong number without computing, then, shown the
 first's correct answer, computes and corrects itself, so the warm start shows a correction
-(with one round there is nothing to correct, and it never guesses).
+(with one round there is nothing to correct, and it never guesses). `expert_mistake` is the
+same guess for recovery demonstrations (warm_start.recovery_fraction): shown with loss mask 0,
+so only the correction trains.
 """
 
 from __future__ import annotations
@@ -211,3 +213,14 @@ class DebateEnv:
         if not self.calc:
             return f"<calc>{expression}</calc>"
         return f"<answer>{answer}</answer>"
+
+    def expert_mistake(self) -> str | None:
+        """The second debater's first-round answer as a wrong guess, not computed (as
+        `expert_mistakes` plays it), offered at that turn only. With
+        warm_start.recovery_fraction it is shown untrained, so the warm start shows the
+        correction in the next round without teaching the debater to guess (`expert_mistakes`
+        trains its guesses: set it to 0 to keep only these)."""
+        assert self.task is not None, "expert_mistake() before reset()"
+        if self.role() != self.roles[1] or not self.round == 1 < self.rounds or self.calc:
+            return None
+        return f"<answer>{int(float(self.task.answers[0])) + 10}</answer>"
