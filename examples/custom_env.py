@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from agentic_rl.envs.base import ToolEnv, check_env
+from agentic_rl.envs.base import ToolEnv
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import register_env
 from agentic_rl.rewards.qa import exact_match
 from agentic_rl.tools.base import FunctionTool, ToolError

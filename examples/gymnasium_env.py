@@ -7,7 +7,7 @@ what the model reads, the actions it may write and when an episode counts as a s
 
 from __future__ import annotations
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.games.gym_text import GymTextEnv, GymTextError, make_gym_text_tasks
 from agentic_rl.types import Action
 

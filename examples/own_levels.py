@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.games.sokoban import SokobanEnv, make_sokoban_tasks
 from agentic_rl.envs.games.sokoban_levels import LevelError
 

@@ -120,7 +120,7 @@ def env_check_config(name: str, overrides: list[str], tasks: int, seed: int) -> 
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from agentic_rl.envs.base import check_env
+    from agentic_rl.envs.check import check_env
     from agentic_rl.envs.from_config import make_envs, make_tasks
 
     cfg = env_check_config(args.name, args.overrides, args.tasks, args.seed)

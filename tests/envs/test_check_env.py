@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from agentic_rl.envs.base import EnvCheckError, ToolEnv, check_env, has_expert
+from agentic_rl.envs.base import ToolEnv, has_expert
+from agentic_rl.envs.check import EnvCheckError, check_env
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.types import Observation, Task
 

@@ -4,7 +4,8 @@ import copy
 
 import pytest
 
-from agentic_rl.envs.base import EnvCheckError, check_env, is_branchable
+from agentic_rl.envs.base import is_branchable
+from agentic_rl.envs.check import EnvCheckError, check_env
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks
 from agentic_rl.types import Observation
 

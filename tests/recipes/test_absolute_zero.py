@@ -15,7 +15,7 @@ import torch
 
 from agentic_rl.config.load import load_config
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.code.self_play import (
     CodeSelfPlayEnv,
     CodeTask,

@@ -1,6 +1,6 @@
 """Environments, one folder per family.
 
-The core sits here: the protocol and `check_env` (base.py), the registry of envs and task
+The core sits here: the protocol (base.py) and its checker `check_env` (check.py), the registry of envs and task
 generators by name, with plugins (registry.py), user task files (task_files.py), the trainer's
 door in (from_config.py), and what several families share (discrete.py: named actions;
 code_words.py: reserved vocabulary words as discrete codes; knowledge.py: KnownSelf's knowledge

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from alfworld_fixture import GAMES, write_alfworld_data
 
-from agentic_rl.envs.base import check_env
 from agentic_rl.envs.benchmarks.alfworld import (
     ALFWorldDataError,
     ALFWorldEnv,
@@ -26,6 +25,7 @@ from agentic_rl.envs.benchmarks.alfworld import (
     split_games,
 )
 from agentic_rl.envs.benchmarks.jvm import BenchmarkUnavailable
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import ENVS, TASKS, make_env, split_options
 from agentic_rl.errors import UserInputError
 from agentic_rl.types import Action, Task

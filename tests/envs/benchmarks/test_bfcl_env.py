@@ -11,7 +11,6 @@ pytest.importorskip("tree_sitter", reason="the bfcl extra: tree-sitter 0.21")
 
 from agentic_rl.config.load import load_config  # noqa: E402
 from agentic_rl.config.parse import ConfigError  # noqa: E402
-from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.benchmarks import bfcl_data  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl import BFCLEnv  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl_calls import expert_calls  # noqa: E402
@@ -28,6 +27,7 @@ from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
     user_text,
 )
 from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv, refusal  # noqa: E402
+from agentic_rl.envs.check import check_env  # noqa: E402
 from agentic_rl.envs.from_config import make_tasks  # noqa: E402
 from agentic_rl.envs.registry import make_env, task_generator  # noqa: E402
 from agentic_rl.types import Action, Task  # noqa: E402

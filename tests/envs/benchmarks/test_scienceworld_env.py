@@ -18,7 +18,6 @@ if shutil.which("java") is None:
         "needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True
     )
 
-from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.benchmarks import jvm  # noqa: E402
 from agentic_rl.envs.benchmarks.scienceworld import (  # noqa: E402
     ScienceWorldEnv,
@@ -27,6 +26,7 @@ from agentic_rl.envs.benchmarks.scienceworld import (  # noqa: E402
     parse_task_types,
     variation_splits,
 )
+from agentic_rl.envs.check import check_env  # noqa: E402
 from agentic_rl.envs.registry import ENVS, TASKS  # noqa: E402
 from agentic_rl.types import Action  # noqa: E402
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
 from agentic_rl.envs.benchmarks.text_game import BenchmarkTextGame, gold_position, take_in_turns
+from agentic_rl.envs.check import check_env
 from agentic_rl.types import Action, Task
 
 # A corridor: "go east" twice reaches the goal; each room is worth 40 points, the goal 100; the

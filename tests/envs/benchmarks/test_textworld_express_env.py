@@ -17,7 +17,6 @@ if shutil.which("java") is None:
         "needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True
     )
 
-from agentic_rl.envs.base import check_env  # noqa: E402
 from agentic_rl.envs.benchmarks import jvm  # noqa: E402
 from agentic_rl.envs.benchmarks.textworld_express import (  # noqa: E402
     TextWorldExpressEnv,
@@ -26,6 +25,7 @@ from agentic_rl.envs.benchmarks.textworld_express import (  # noqa: E402
     parse_games,
     seed_folds,
 )
+from agentic_rl.envs.check import check_env  # noqa: E402
 from agentic_rl.envs.registry import ENVS, TASKS  # noqa: E402
 from agentic_rl.tools.base import ToolInfrastructureError  # noqa: E402
 from agentic_rl.types import Action  # noqa: E402

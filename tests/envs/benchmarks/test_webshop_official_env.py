@@ -13,7 +13,6 @@ import sys
 import pytest
 from webshop_fixture import write_webshop_data
 
-from agentic_rl.envs.base import check_env
 from agentic_rl.envs.benchmarks.webshop import (
     GOAL_ORDER_SEED,
     OfficialWebShopEnv,
@@ -24,6 +23,7 @@ from agentic_rl.envs.benchmarks.webshop import (
     split_goals,
     title_nouns,
 )
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import ENVS, TASKS, make_env, split_options
 from agentic_rl.errors import UserInputError
 from agentic_rl.types import Action

@@ -14,7 +14,6 @@ import signal
 
 import pytest
 
-from agentic_rl.envs.base import check_env
 from agentic_rl.envs.browser.actions import (
     BrowserAction,
     BrowserActionError,
@@ -24,6 +23,7 @@ from agentic_rl.envs.browser.driver import BrowserPool, browser_available
 from agentic_rl.envs.browser.miniwob import MiniWoBEnv
 from agentic_rl.envs.browser.page import Element, Snapshot
 from agentic_rl.envs.browser.suite import make_miniwob_tasks
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import make_env, task_generator
 from agentic_rl.types import Action
 

@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from agentic_rl.envs.base import check_env
 from agentic_rl.envs.browser.actions import BrowserActionError, parse_browser_action
 from agentic_rl.envs.browser.driver import BrowserPool, browser_available
 from agentic_rl.envs.browser.experts import EXPERTS, ExpertError
 from agentic_rl.envs.browser.miniwob import MAX_WHY, MiniWoBEnv
 from agentic_rl.envs.browser.page import Element, Snapshot
 from agentic_rl.envs.browser.suite import make_miniwob_tasks, page_names, suite_names
+from agentic_rl.envs.check import check_env
 from agentic_rl.types import Action
 
 needs_miniwob = pytest.mark.skipif(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.code.repair import (
     CodeRepairEnv,
     load_code_repair_tasks,

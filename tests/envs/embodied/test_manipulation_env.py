@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.code_words import CODE_WORDS, NUM_CODE_WORDS, CodeParseError, code_word_ids
 from agentic_rl.envs.discrete import ACTION_TOOL
 from agentic_rl.envs.embodied.action_tokens import ActionCodec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.embodied.house import (
     ACTIONS,
     FORWARD,

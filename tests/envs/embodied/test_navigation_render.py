@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.embodied.house import DELTAS, HouseMap
 from agentic_rl.envs.embodied.house_render import render_house
 from agentic_rl.envs.embodied.navigation import VIEW_NOTE, NavigationEnv, make_vln_tasks

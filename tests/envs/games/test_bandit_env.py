@@ -1,6 +1,6 @@
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.games.bandit import ARM_PAIRS, BanditEnv, make_bandit_tasks, risky_pays
 from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.types import Action

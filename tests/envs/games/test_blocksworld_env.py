@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.games.blocksworld import (
     BlocksworldEnv,
     knowledge_rule,

@@ -1,6 +1,6 @@
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.games.gridworld import (
     MAX_PATH,
     MIN_PATH,

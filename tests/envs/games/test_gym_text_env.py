@@ -2,7 +2,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from agentic_rl.envs.base import check_env  # noqa: E402
+from agentic_rl.envs.check import check_env  # noqa: E402
 from agentic_rl.envs.games.gym_text import (  # noqa: E402
     ACTION_NAMES,
     COLOUR_MEANINGS,

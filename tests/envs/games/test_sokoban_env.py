@@ -2,7 +2,7 @@ from collections import deque
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.discrete import parse_action, split_actions
 from agentic_rl.envs.games.sokoban import SokobanEnv, level_task, make_sokoban_tasks
 from agentic_rl.envs.games.sokoban_levels import (

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.math.artist import MultiToolMathEnv, calculator_expression
 from agentic_rl.envs.math.problems import make_math_tasks
 from agentic_rl.formats.tir import MultiToolHermesFormat

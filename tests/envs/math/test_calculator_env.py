@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.math.calculator import CalculatorEnv, make_calculator_tasks, parse_number
 from agentic_rl.envs.registry import ENVS, TASKS, make_env
 from agentic_rl.tools.calculator import evaluate

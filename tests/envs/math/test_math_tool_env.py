@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.math.interpreter import MathToolEnv, TextOnlyMathEnv, answer_is_correct
 from agentic_rl.envs.math.problems import make_math_tasks
 from agentic_rl.formats.chat import TagFormat

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.memory.long_qa import CHARS_PER_TOKEN, document_text, make_long_qa_tasks
 from agentic_rl.envs.memory.memagent import MemAgentEnv
 from agentic_rl.envs.task_files import load_tasks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.math.calculator import make_calculator_tasks
 from agentic_rl.envs.multiagent import role_reward_key
 from agentic_rl.envs.multiagent.solver_verifier import (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.search.multihop import (
     BRIDGE_HINTS,
     QUESTIONS,

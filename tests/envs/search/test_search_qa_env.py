@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import make_env
 from agentic_rl.envs.search.single_hop import (
     QUESTIONS,

@@ -3,7 +3,7 @@
 import pytest
 
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.search.multihop import MultiHopQAEnv, make_multihop_tasks
 from agentic_rl.envs.search.schemes import SCHEMES, RetaggedTool, dress_expert_turn, transcript
 from agentic_rl.formats.chat import TagFormat

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from agentic_rl.config.rollout import RolloutConfig
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.search import web_qa
 from agentic_rl.envs.search.multihop import make_multihop_tasks
 from agentic_rl.envs.search.web_qa import WebQAEnv

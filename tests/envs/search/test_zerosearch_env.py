@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.search import zerosearch as zs
 from agentic_rl.envs.search.multihop import make_multihop_tasks
 from agentic_rl.envs.search.zerosearch import ZeroSearchQAEnv

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.code_words import CODE_WORDS, CodeParseError, code_word_ids
 from agentic_rl.envs.games.gridworld import shortest_path
 from agentic_rl.envs.vision.image_planning import (

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import make_env, task_generator
 from agentic_rl.envs.vision.scenes import (
     CAPTION_KIND,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import make_env, task_generator
 from agentic_rl.envs.vision.reasoning import (
     KINDS,

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("textworld")
 
-from agentic_rl.envs.base import check_env  # noqa: E402
+from agentic_rl.envs.check import check_env  # noqa: E402
 from agentic_rl.envs.registry import ENVS, TASKS  # noqa: E402
 from agentic_rl.envs.worlds.household import (  # noqa: E402
     HouseholdEnv,

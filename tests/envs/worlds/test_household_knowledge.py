@@ -17,7 +17,7 @@ def test_rules_name_the_objects_of_the_next_command():
 
 def test_knowledge_call_in_a_textworld_game(tmp_path):
     pytest.importorskip("textworld")
-    from agentic_rl.envs.base import check_env
+    from agentic_rl.envs.check import check_env
     from agentic_rl.envs.registry import ENVS
     from agentic_rl.envs.worlds.household import make_household_tasks
     from agentic_rl.envs.worlds.household_knowledge import HouseholdKnowledgeEnv

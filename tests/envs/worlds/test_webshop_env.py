@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from agentic_rl.envs.base import check_env
+from agentic_rl.envs.check import check_env
 from agentic_rl.envs.registry import ENVS, TASKS
 from agentic_rl.envs.worlds.webshop import BUY, WebShopEnv
 from agentic_rl.envs.worlds.webshop_catalogue import (
