@@ -14,6 +14,9 @@ process so that wall time and peak memory are the run's own. It writes
 - `wall_seconds`, `peak_rss_mib` (the child's maximum resident set), the command and the
   machine (CPU model, cores, torch threads).
 
+While a child runs, each held-out evaluation it logs is printed as it lands (the progress of a
+long run); its output goes to `RECIPE-seedS.log` in the run's folder as it is written.
+
 `--all` runs every recipe in `recipes/` in turn and skips those whose result file exists, so a
 killed sweep resumes where it stopped (`--force` reruns).
 
@@ -138,6 +141,45 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"peak_rss_mib": peak_kib / 1024}), flush=True)
 
 
+PROGRESS_EVERY_S = 30.0
+"""How often a running child's new held-out evaluations are printed."""
+
+
+def _left(limit_s: float | None, waited: float) -> float:
+    """Seconds until the next progress look: the poll interval, cut at the run's limit."""
+    return (
+        PROGRESS_EVERY_S if limit_s is None else max(0.01, min(PROGRESS_EVERY_S, limit_s - waited))
+    )
+
+
+def eval_lines(run_dir: Path) -> list[tuple[str, int, str]]:
+    """The held-out evaluations a run has logged so far, as (stage, step, line): each eval
+    record's success (and the RL steps done), in every stage's metrics.jsonl."""
+    out = []
+    for path in sorted(run_dir.rglob("metrics.jsonl"), key=lambda p: p.stat().st_mtime):
+        stage = "" if path.parent == run_dir else f"{path.parent.name}: "
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line being written, or cut by a kill
+                continue
+            for key, value in record.items():
+                split, _, metric = key.partition("/")
+                if split.startswith("eval") and metric == "success":
+                    step = int(record.get("step", 0))
+                    text = f"{stage}step {step} {split} success {float(value):.3f}"
+                    out.append((stage, step, text))
+    return out
+
+
+def print_progress(run_dir: Path, label: str, printed: set[tuple[str, int, str]]) -> None:
+    """Print the run's held-out evaluations not printed yet (a long run's progress)."""
+    for item in eval_lines(run_dir):
+        if item not in printed:
+            printed.add(item)
+            print(f"{label} {item[2]}", flush=True)
+
+
 class RunStopped(Exception):
     """A child run killed at its time limit (`run_one(..., limit_s=...)`); what it logged stays
     in its out_dir."""
@@ -158,24 +200,32 @@ def run_one(
     ]
     cmd = [sys.executable, __file__, "--child", recipe, "--threads", str(args.threads)]
     cmd += ["--overrides", *overrides]
-    print(f"[{recipe} seed {seed}] {shlex.join(cmd[2:])}", flush=True)
+    label = f"[{recipe} seed {seed}]"
+    print(f"{label} {shlex.join(cmd[2:])}", flush=True)
     start = time.perf_counter()
     log = out_dir / f"{recipe}-seed{seed}.log"
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit_s)
-    except subprocess.TimeoutExpired as err:  # the child is killed; its metrics.jsonl is kept
-        parts = [err.stdout or "", err.stderr or ""]  # bytes or str, by Python version
-        log.write_text(
-            "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in parts)
-        )
-        raise RunStopped(f"{recipe} seed {seed} stopped after {limit_s} s") from err
-    wall = time.perf_counter() - start
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"{recipe} seed {seed} failed (exit {proc.returncode}):\n{tail}")
-    peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_mib"]
     run_dir = out_dir / recipe
+    with log.open("w") as sink:  # written as the child goes: `tail -f` it
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True)
+        printed: set[tuple[str, int, str]] = set()
+        while True:
+            waited = time.perf_counter() - start
+            try:  # communicate keeps reading stdout while it waits: the pipe never fills
+                stdout, _ = proc.communicate(timeout=_left(limit_s, waited))
+                break
+            except subprocess.TimeoutExpired:
+                print_progress(run_dir, label, printed)
+                if limit_s is not None and time.perf_counter() - start >= limit_s:
+                    proc.kill()
+                    sink.write(proc.communicate()[0] or "")
+                    raise RunStopped(f"{recipe} seed {seed} stopped after {limit_s} s") from None
+        sink.write(stdout)
+    print_progress(run_dir, label, printed)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"{recipe} seed {seed} failed (exit {proc.returncode}):\n{tail}")
+    peak = json.loads(stdout.strip().splitlines()[-1])["peak_rss_mib"]
     summary = json.loads((run_dir / "summary.json").read_text())
     records = step_records(run_dir)
     steps = quarter_means(records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 SPEC = importlib.util.spec_from_file_location(
@@ -47,3 +48,22 @@ def test_held_out_line_reads_single_and_staged_summaries() -> None:
         }
     }
     assert recipe_runs.held_out_line(knownself) == "baseline: before 0.00, sft_only 0.38; dpo: -"
+
+
+def test_progress_prints_each_held_out_evaluation_once(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "recipe"
+    (run_dir / "sft").mkdir(parents=True)
+    (run_dir / "sft" / "metrics.jsonl").write_text(
+        json.dumps({"step": 0, "eval_warm_start/success": 0.25}) + "\n"
+    )
+    lines = [{"step": 1, "train/success": 1.0}, {"step": 10, "eval/success": 0.5}]
+    text = "\n".join(json.dumps(r) for r in lines) + '\n{"step": 11, "eval/succ'  # being written
+    (run_dir / "metrics.jsonl").write_text(text)
+    os.utime(run_dir / "sft" / "metrics.jsonl", (1, 1))  # the earlier stage, whatever the clock
+    printed: set = set()
+    recipe_runs.print_progress(run_dir, "[r seed 0]", printed)
+    recipe_runs.print_progress(run_dir, "[r seed 0]", printed)  # nothing new: nothing printed
+    assert capsys.readouterr().out.splitlines() == [
+        "[r seed 0] sft: step 0 eval_warm_start success 0.250",
+        "[r seed 0] step 10 eval success 0.500",
+    ]
