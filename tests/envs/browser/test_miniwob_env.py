@@ -178,6 +178,19 @@ def test_resets_are_deterministic_and_step_limit_truncates(pool):
     box = next(e.ref for e in env.snapshot.elements if e.role == "checkbox")
     result = env.step(act(f"click({box})"))
     assert result.truncated and not result.terminated and result.info["success"] == 0.0
+    # unfinished: the rollout adds MiniWoB's timeout reward to the truncated episode
+    assert result.reward == 0.0 and env.truncation_reward() == -1.0
+
+
+@pytest.mark.browser
+@needs_browser
+def test_giving_up_scores_as_miniwob_timeout(pool):
+    """An episode the agent ends unfinished scores -1, as MiniWoB's timer scores one: never
+    better than a wrong click (-1), so stalling cannot beat trying."""
+    env = MiniWoBEnv(pool=pool)
+    env.reset(make_miniwob_tasks("eval", 1, tasks="click-button")[0], 0)
+    result = env.step(Action(kind="answer", text="done"))
+    assert result.terminated and result.reward == -1.0 and result.info["success"] == 0.0
 
 
 @pytest.mark.browser

@@ -15,8 +15,12 @@ time taken; the raw (unscaled) reward is used here, because wall time on a CPU d
 machine, not the agent, and would make runs irreproducible.
 
 Time and step limits: MiniWoB's in-page timer (10 s by default, which a CPU-sampled model cannot
-meet) is set to `episode_time_s`; after `max_steps` executed actions the episode is truncated;
-browser calls have page-load and script time limits (driver.py). A malformed action, an id
+meet) is set to `episode_time_s`; after `max_steps` executed actions the episode is truncated.
+An episode that ends unfinished scores what MiniWoB's own timer gives one, -1
+(`UNFINISHED_REWARD`): given up (`<answer>`), truncated at `max_steps`, or cut by the rollout's
+turn or token budget (`truncation_reward`, added by the rollout). The long timer stands in for
+MiniWoB's, and with 0 for an unfinished episode against -1 for a wrong click, stalling would beat
+trying wherever the policy clicks right less than half the time. Browser calls have page-load and script time limits (driver.py). A malformed action, an id
 that is not on the page or an element that cannot take the action is a model error: an error
 observation with the page, `-format_penalty` and the counted `invalid_action` metric (its
 reason cut to MAX_WHY characters, as it may quote the model's text). Whenever the page has
@@ -66,6 +70,7 @@ from agentic_rl.model.images import save_image
 from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 SUCCESS_REWARD = 1.0 - 1e-6  # MiniWoB's raw reward is 1.0 exactly on success
+UNFINISHED_REWARD = -1.0  # MiniWoB's timer ends an unfinished episode with -1 (core.js)
 MAX_ATTEMPTS = 3  # an action is tried on this many fresh browsers before the episode fails
 SCREENSHOT_SIZE = (160, 210)  # width, height: MiniWoB's task area (#wrap) at CSS scale
 SCREENSHOT_NOTE = "Screenshot of the page:"  # the image placeholders follow this text
@@ -312,7 +317,8 @@ class MiniWoBEnv:
         if action.kind == "answer":  # gives up: the page never said done
             self.done = True
             self._release()
-            return StepResult(None, 0.0, terminated=True, info={"answered": 1, "success": 0.0})
+            info = {"answered": 1, "success": 0.0}
+            return StepResult(None, UNFINISHED_REWARD, terminated=True, info=info)
         if action.kind != "tool":
             return self._invalid(action.error or "no action in this turn")
         if action.name != ACTION_TOOL.name:
@@ -337,7 +343,7 @@ class MiniWoBEnv:
         if self.steps >= self.max_steps:
             self.done = True
             self._release()
-            info["success"] = 0.0
+            info["success"] = 0.0  # scored UNFINISHED_REWARD by `truncation_reward`
             return StepResult(None, 0.0, truncated=True, info=info)
         return StepResult(
             self._with_screenshot(
@@ -348,6 +354,11 @@ class MiniWoBEnv:
             0.0,
             info=info,
         )
+
+    def truncation_reward(self) -> float:
+        """Added by the rollout to an episode truncated unfinished (by `max_steps` or the
+        rollout's turn or token budget): MiniWoB's timeout reward (module docstring)."""
+        return UNFINISHED_REWARD
 
     def _ended(self, info: dict[str, Any]) -> StepResult:
         """The page ended the episode: MiniWoB's raw reward, success when it is 1; the env
