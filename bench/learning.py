@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import plot_curves  # noqa: E402  (bench/ is scripts, not a package)
-from recipe_runs import RunStopped, machine, run_one, step_records  # noqa: E402
+from recipe_runs import RunStopped, machine, metric_records, run_one, step_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "learning"
@@ -210,11 +210,7 @@ def eval_curve(run_dir: Path, metric: str) -> list[list[float]]:
     caller from the previous stage)."""
     curve: dict[int, float] = {}
     for path in sorted(run_dir.rglob("metrics.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
+        for record in metric_records(path):
             for prefix in ("eval_before", "eval_warm_start", "eval"):
                 value = record.get(f"{prefix}/{metric}")
                 if isinstance(value, int | float):  # later prefixes overwrite step 0's before

@@ -112,19 +112,26 @@ def quarter_means(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def metric_records(path: Path) -> list[dict[str, Any]]:
+    """The records of one metrics.jsonl; a line being written, or cut by a kill, is skipped."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def step_records(run_dir: Path) -> list[dict[str, Any]]:
     """The RL step records of a run (or of every stage of a multi-stage run, in order)."""
     files = sorted(run_dir.rglob("metrics.jsonl"), key=lambda p: p.stat().st_mtime)
-    records = []
-    for path in files:
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-            if r.get("step", 0) > 0 and "train/reward" in r:  # an RL step, not an eval
-                records.append({k.removeprefix("train/"): v for k, v in r.items()})
-    return records
+    return [
+        {k.removeprefix("train/"): v for k, v in r.items()}
+        for path in files
+        for r in metric_records(path)
+        if r.get("step", 0) > 0 and "train/reward" in r  # an RL step, not an eval
+    ]
 
 
 def child(args: argparse.Namespace) -> None:
@@ -158,11 +165,7 @@ def eval_lines(run_dir: Path) -> list[tuple[str, int, str]]:
     out = []
     for path in sorted(run_dir.rglob("metrics.jsonl"), key=lambda p: p.stat().st_mtime):
         stage = "" if path.parent == run_dir else f"{path.parent.name}: "
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line being written, or cut by a kill
-                continue
+        for record in metric_records(path):
             for key, value in record.items():
                 split, _, metric = key.partition("/")
                 if split.startswith("eval") and metric == "success":
