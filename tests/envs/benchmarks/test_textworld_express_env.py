@@ -1,5 +1,5 @@
 """TextWorldExpress through the wheel's own simulator (envs/benchmarks/textworld_express.py) on
-small games: the benchmark's seed folds, check_env on six games, gold paths reaching score 1,
+small games: the benchmark's seed folds, check_env on all eight games, gold paths reaching score 1,
 commands outside the valid list, bad game parameters; and the shared JVM (jvm.py): one per
 process, closed by `close_jvms`, a killed one is an infrastructure failure and is replaced.
 
@@ -19,6 +19,7 @@ if shutil.which("java") is None:
 
 from agentic_rl.envs.benchmarks import jvm  # noqa: E402
 from agentic_rl.envs.benchmarks.textworld_express import (  # noqa: E402
+    GAMES,
     TextWorldExpressEnv,
     make_textworld_express_tasks,
     params_of,
@@ -30,7 +31,6 @@ from agentic_rl.envs.registry import ENVS, TASKS  # noqa: E402
 from agentic_rl.tools.base import ToolInfrastructureError  # noqa: E402
 from agentic_rl.types import Action  # noqa: E402
 
-GAMES = "cookingworld,twc,coin,mapreader,arithmetic,sorting"
 SMALL = {
     "cookingworld": "numLocations=1,numIngredients=2,numDistractorItems=2,includeDoors=0",
     "twc": "numLocations=1,numItemsToPutAway=2,includeDoors=0",
@@ -95,11 +95,11 @@ def test_parameters_the_simulator_rejects_are_value_errors():
         make_textworld_express_tasks("eval", 1001, games="coin")
 
 
-def test_registered_and_passes_check_env_on_six_games():
+def test_registered_and_passes_check_env_on_every_game():
     assert ENVS["textworld_express"] is TextWorldExpressEnv
     assert TASKS["textworld_express"] is make_textworld_express_tasks
-    tasks = make_textworld_express_tasks("eval", 6, games=GAMES, game_params=SMALL)
-    assert [t.fields["game"] for t in tasks] == GAMES.split(",")
+    tasks = make_textworld_express_tasks("eval", len(GAMES), games=GAMES, game_params=SMALL)
+    assert [t.fields["game"] for t in tasks] == list(GAMES)
     assert check_env(TextWorldExpressEnv(), tasks) == [
         "gold answer scores >= a wrong one (the tasks have no gold answers)"
     ]
@@ -107,7 +107,7 @@ def test_registered_and_passes_check_env_on_six_games():
 
 def test_gold_paths_reach_score_1():
     env = TextWorldExpressEnv()
-    for task in make_textworld_express_tasks("train", 6, games=GAMES, game_params=SMALL):
+    for task in make_textworld_express_tasks("train", len(GAMES), games=GAMES, game_params=SMALL):
         opening = env.reset(task, 0).messages[1]["content"]
         assert opening.startswith("Task: ") and "\nValid actions: " in opening
         results = play_expert(env)
