@@ -1,9 +1,11 @@
 """Turn-level credit against episode-level GRPO on a recipe with step rewards: MT-GRPO and a
 turn-level critic (Turn-PPO) vs GRPO, same warm start, same RL steps, 3 seeds.
 
-The recipe is `stepsearch` (generated two-hop questions, BM25 search; every search turn earns
-StepSearch's step reward 0.6 (IG - RP), the answer turn the outcome F1 + 0.618 x key match, -1
-without an answer). Each arm is the recipe with one change, the advantage estimator:
+The recipe is `stepsearch` by default (generated two-hop questions, BM25 search; every search
+turn earns StepSearch's step reward 0.6 (IG - RP), the answer turn the outcome F1 + 0.618 x key
+match, -1 without an answer); `--recipe mt_grpo_gridworld` runs the same arms on the grid world,
+where every move earns its progress toward the goal (+-0.1) and arrival 1, at a fraction of
+StepSearch's step time. Each arm is the recipe with one change, the advantage estimator:
 
   * grpo      episode-level GRPO: every token gets the group-normalised episode reward
   * mt_grpo   GRPO's outcome advantage + algo.turn_advantage_coef (1.0) x the group-normalised
@@ -13,8 +15,9 @@ without an answer). Each arm is the recipe with one change, the advantage estima
   * ppo       (not run by default) the recipe as shipped: token-level PPO + GAE
 
 grpo and mt_grpo drop the recipe's critic settings (they have no critic). Every arm plays the
-same B tasks x G episodes a step (G >= 2 for the group estimators), one optimizer step a
-step (one on-policy mini-batch, one epoch), for --steps steps: the budget is in optimizer
+same B tasks x G episodes a step (G >= 2 for the group estimators) and takes the recipe's
+optimizer steps a step (its `algo.ppo_mini_batches`: one for stepsearch, two for
+mt_grpo_gridworld; the file records them), for --steps steps: the budget is in optimizer
 steps, so a loaded machine changes the time, not the result. One supervised warm start on the
 scripted expert (the recipe's: 32 expert episodes, lr 1e-4) is shared by every arm and seed;
 the RL seeds differ in sampling and task order. Held-out success is greedy, on the recipe's
@@ -24,6 +27,8 @@ results file is written after each run and a rerun skips the runs it holds.
 
     .venv/bin/python bench/turn_credit.py                                   # 135M, 3 seeds
     .venv/bin/python bench/turn_credit.py --arms grpo mt_grpo --seeds 0 --steps 4   # a look
+    .venv/bin/python bench/turn_credit.py --recipe mt_grpo_gridworld --group-size 8 \
+        --out bench/results/turn_credit_gridworld.json                 # the grid world
 
 Writes bench/results/turn_credit.json (per arm and seed: held-out success and reward after
 RL, per-step train reward / success / turn_adv_nonzero / step seconds) and prints a markdown
@@ -226,7 +231,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "recipe": args.recipe,
                 "model": args.model,
                 "steps": args.steps,
-                "optimizer_steps_per_step": 1,
+                "optimizer_steps_per_step": statistics.fmean(
+                    row["optimizer_steps"]
+                    for seeds in results.values()
+                    for run in seeds.values()
+                    for row in run["train"]
+                    if "optimizer_steps" in row
+                ),
                 "tasks_per_step": args.tasks_per_step,
                 "group_size": args.group_size,
                 "eval_tasks": args.eval_tasks,

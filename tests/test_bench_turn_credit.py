@@ -65,4 +65,5 @@ def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
         assert len(run["train"]) == 1 and 0.0 <= run["eval_success"] <= 1.0
         assert run["optimizer_steps"] == 1.0
     assert data["results"]["turn_ppo"]["0"]["train"][0]["value_loss"] > 0
+    assert data["optimizer_steps_per_step"] == 1.0  # stepsearch: one mini-batch
     assert bench.main([*argv, "--out", str(out)]) == data  # nothing left to run

@@ -75,6 +75,32 @@ def test_moves_walls_invalid_actions_and_goal():
         env.step(move("up"))
 
 
+def test_distance_reward_pays_each_move_its_progress_and_sums_to_the_start_distance():
+    # Layout: wall at (1, 1), start (0, 0), goal (0, 2): shortest path 2 (right, right).
+    env = GridWorldEnv(format_penalty=0.1, distance_reward=0.25)
+    env.reset(layout(), seed=0)
+    away = env.step(move("down"))  # (1, 0): the path is now 3 (up, right, right)
+    assert away.reward == pytest.approx(-0.25) and away.info["env/progress"] == -0.25
+    wall = env.step(move("right"))  # into the wall: no move, no progress
+    assert wall.reward == 0.0 and env.position == (1, 0)
+    bad = env.step(move("north"))  # malformed: the format penalty only
+    assert bad.reward == pytest.approx(-0.1) and "env/progress" not in bad.info
+    rewards = [env.step(move(d)).reward for d in ("up", "right", "right")]
+    assert rewards == pytest.approx([0.25, 0.25, 1.25])  # arrival: 1 + its step's progress
+    # Over the episode the shaping telescopes to c x d_start = 0.25 x 2.
+    shaping = away.reward + wall.reward + sum(rewards) - 1.0
+    assert shaping == pytest.approx(0.25 * 2)
+
+
+def test_distance_reward_must_be_a_number_at_least_zero():
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="distance_reward must be a number >= 0"):
+            GridWorldEnv(distance_reward=bad)
+    plain = GridWorldEnv()
+    plain.reset(layout(), seed=0)
+    assert plain.step(move("down")).info == {"tool_call": 1}  # off by default: no metric
+
+
 def test_answer_gives_up_and_expert_follows_bfs():
     env = GridWorldEnv()
     env.reset(layout(), seed=0)

@@ -7,6 +7,14 @@ Blocked: up, left." Moving into a wall or the border is a legal move that leaves
 place; a malformed or unknown move costs `format_penalty` (0.1, as in GiGPO's setup) and shows
 the same state again. `<answer>` ends the episode without reaching the goal (reward 0).
 
+`distance_reward` c > 0 adds a turn reward for progress: c x (d_before - d_after), d the
+shortest-path length to the goal around the walls, so a move that brings the agent one step
+closer earns c, one that leads away costs c, a move into a wall earns 0. This is
+potential-based shaping (Ng, Harada & Russell 1999, potential -c x d, gamma = 1): the optimal
+policy is unchanged and an episode's shaping sums to c x (d_start - d_end), c x d_start on
+reaching the goal. It gives each turn its own signal, which turn-level credit (MT-GRPO,
+Turn-PPO; algos/turns.py) reads; with c = 0 (the default) only arrival and format are scored.
+
 Everything is deterministic given the task: the layout lives in `task.fields`, so envs reset
 with one task (and one seed, as `rollout.loop.start_episodes` gives a group) start from the same
 state. Each observation carries `anchor` = its state text, which GiGPO groups steps on: the same
@@ -16,6 +24,7 @@ so a scripted BFS expert (`expert_turn`) solves every task within `check_env`'s 
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from typing import Any, Literal
@@ -142,17 +151,26 @@ def make_gridworld_tasks(split: Split, n: int, seed: int = 0) -> list[Task]:
 
 
 class GridWorldEnv:
-    """Walk to the goal; reward 1 on arrival, -format_penalty per malformed move."""
+    """Walk to the goal; reward 1 on arrival, -format_penalty per malformed move, and with
+    `distance_reward` c the progress of each move, c x (d_before - d_after)."""
 
     # The layout: a task-file row needs it (envs/base.py).
     task_fields = ("walls", "start", "goal")
 
     anchor_states = True  # every observation carries `anchor` (GiGPO groups steps on it)
 
-    def __init__(self, format_penalty: float = 0.1, tool_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        format_penalty: float = 0.1,
+        distance_reward: float = 0.0,
+        tool_timeout_s: float = 10.0,
+    ) -> None:
         del tool_timeout_s  # moves are not tool calls; accepted for a uniform constructor
+        if not (math.isfinite(distance_reward) and distance_reward >= 0):
+            raise ValueError(f"distance_reward must be a number >= 0, got {distance_reward}")
         self.tools: list[Any] = [MOVE_TOOL]
         self.format_penalty = format_penalty
+        self.distance_reward = float(distance_reward)
         self.walls: set[Cell] = set()
         self.position: Cell = (0, 0)
         self.goal: Cell = (0, 0)
@@ -191,17 +209,24 @@ class GridWorldEnv:
             return self._invalid(f"'{direction}' is not a move")
         dr, dc = MOVES[direction]
         target = (self.position[0] + dr, self.position[1] + dc)
+        before = self.distance()
         if target not in self.walls and inside(target, SIZE):
             self.position = target
+        progress = self.distance_reward * (before - self.distance())
+        info: dict[str, Any] = {"tool_call": 1}
+        if self.distance_reward:
+            info["env/progress"] = progress  # summed over the episode: its shaping
         if self.position == self.goal:
             self.done = True
-            return StepResult(None, 1.0, terminated=True, info={"tool_call": 1, "success": 1.0})
+            return StepResult(None, 1.0 + progress, terminated=True, info={**info, "success": 1.0})
         state = self.state_text()
         return StepResult(
-            Observation(content=state, name=MOVE_TOOL.name, anchor=state),
-            0.0,
-            info={"tool_call": 1},
+            Observation(content=state, name=MOVE_TOOL.name, anchor=state), progress, info=info
         )
+
+    def distance(self) -> int:
+        """Moves left on a shortest path from the agent's cell to the goal (around the walls)."""
+        return len(shortest_path(self.walls, self.position, self.goal))
 
     def _invalid(self, why: str) -> StepResult:
         state = self.state_text()
