@@ -92,13 +92,18 @@ def test_distance_reward_pays_each_move_its_progress_and_sums_to_the_start_dista
     assert shaping == pytest.approx(0.25 * 2)
 
 
-def test_distance_reward_must_be_a_number_at_least_zero():
+def test_distance_reward_must_be_a_number_at_least_zero_and_the_goal_reachable():
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="distance_reward must be a number >= 0"):
             GridWorldEnv(distance_reward=bad)
     plain = GridWorldEnv()
     plain.reset(layout(), seed=0)
     assert plain.step(move("down")).info == {"tool_call": 1}  # off by default: no metric
+    walled_off = layout(walls=((0, 1), (1, 0)), start=(0, 0), goal=(2, 2))
+    plain.reset(walled_off, seed=0)  # without the progress reward a walled-off goal plays
+    assert plain.step(move("up")).reward == 0.0
+    with pytest.raises(ValueError, match="task t: .*unreachable.*needs a reachable goal"):
+        GridWorldEnv(distance_reward=0.1).reset(walled_off, seed=0)
 
 
 def test_answer_gives_up_and_expert_follows_bfs():

@@ -186,6 +186,13 @@ class GridWorldEnv:
         self.task = task
         self.walls, self.position, self.goal = layout_of(task)
         self.done = False
+        if self.distance_reward:
+            try:
+                self.distance()
+            except ValueError as err:  # a user's own layout (a task file) may wall it off
+                raise ValueError(
+                    f"task {task.task_id}: {err}; distance_reward needs a reachable goal"
+                ) from err
         state = self.state_text()
         return Observation(
             messages=[
@@ -209,12 +216,13 @@ class GridWorldEnv:
             return self._invalid(f"'{direction}' is not a move")
         dr, dc = MOVES[direction]
         target = (self.position[0] + dr, self.position[1] + dc)
-        before = self.distance()
+        before = self.distance() if self.distance_reward else 0
         if target not in self.walls and inside(target, SIZE):
             self.position = target
-        progress = self.distance_reward * (before - self.distance())
         info: dict[str, Any] = {"tool_call": 1}
+        progress = 0.0
         if self.distance_reward:
+            progress = self.distance_reward * (before - self.distance())
             info["env/progress"] = progress  # summed over the episode: its shaping
         if self.position == self.goal:
             self.done = True
