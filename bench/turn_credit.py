@@ -31,8 +31,9 @@ results file is written after each run and a rerun skips the runs it holds.
         --out bench/results/turn_credit_gridworld.json                 # the grid world
 
 Writes bench/results/turn_credit.json (per arm and seed: held-out success and reward after
-RL, per-step train reward / success / turn_adv_nonzero / step seconds) and prints a markdown
-table of means and ranges over seeds.
+RL, per-step train reward / success / turn_adv_nonzero / step seconds; per arm, held-out
+success over its seeds under `summary`) and prints a markdown table of means and ranges over
+seeds.
 """
 
 from __future__ import annotations
@@ -250,10 +251,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "warm_start": warm,
                 "results": results,
             }
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(data, indent=1))
+            save(data, args.out)
+    if results and "summary" not in data:  # a file written before summaries were kept
+        save(data, args.out)
     print(table(results, warm))
     return data
+
+
+def save(data: dict[str, Any], out: Path) -> None:
+    """Write the results with each arm's held-out success over its seeds (`summary`)."""
+    data["summary"] = {
+        arm: {
+            "seeds": len(seeds),
+            "eval_success": {
+                "mean": statistics.fmean(run["eval_success"] for run in seeds.values()),
+                "min": min(run["eval_success"] for run in seeds.values()),
+                "max": max(run["eval_success"] for run in seeds.values()),
+            },
+        }
+        for arm, seeds in data["results"].items()
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":

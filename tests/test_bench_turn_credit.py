@@ -53,6 +53,32 @@ def test_table_by_hand():
     )
 
 
+def test_summary_by_hand(tmp_path):
+    data = {
+        "results": {
+            "grpo": {"0": {"eval_success": 0.5}, "1": {"eval_success": 0.75}},
+            "mt_grpo": {"0": {"eval_success": 0.25}},
+        }
+    }
+    bench.save(data, tmp_path / "out.json")
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["summary"] == {
+        "grpo": {"seeds": 2, "eval_success": {"mean": 0.625, "min": 0.5, "max": 0.75}},
+        "mt_grpo": {"seeds": 1, "eval_success": {"mean": 0.25, "min": 0.25, "max": 0.25}},
+    }
+
+
+def test_the_grid_world_arms_keep_its_progress_reward(tmp_path):
+    args = argparse.Namespace(
+        recipe="mt_grpo_gridworld", model="tiny", steps=2, tasks_per_step=2, group_size=2,
+        eval_tasks=2, warm_tasks=2, smoke=False, overrides=[],
+    )  # fmt: skip
+    for arm in ("grpo", "mt_grpo", "turn_ppo"):
+        cfg = bench.arm_config(args, arm, 0, tmp_path)
+        assert cfg.algo.name == arm and cfg.rollout.mode == "episode"
+        assert cfg.env.options["distance_reward"] == 0.1
+
+
 @pytest.mark.slow
 def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
     out = tmp_path / "turn_credit.json"
