@@ -5,13 +5,16 @@ The recipe is `stepsearch` by default (generated two-hop questions, BM25 search;
 turn earns StepSearch's step reward 0.6 (IG - RP), the answer turn the outcome F1 + 0.618 x key
 match, -1 without an answer); `--recipe mt_grpo_gridworld` runs the same arms on the grid world,
 where every move earns its progress toward the goal (+-0.1) and arrival 1, at a fraction of
-StepSearch's step time. Each arm is the recipe with one change, the advantage estimator:
+StepSearch's step time. Each arm is the recipe with one change, the advantage estimator (and
+for one arm the policy loss):
 
   * grpo      episode-level GRPO: every token gets the group-normalised episode reward
   * mt_grpo   GRPO's outcome advantage + algo.turn_advantage_coef (1.0) x the group-normalised
               step reward of each search turn before the answer, per turn index (MT-GRPO)
   * turn_ppo  a turn-level critic (the recipe's separate critic, read at each turn's first
               token), GAE over turns with the recipe's gamma = lambda = 1 (Turn-PPO)
+  * turn_ppo_turn_ratio  (not run by default) turn_ppo with the turn-level ratio and clip
+              (algo.policy_loss=turn: one ratio per turn, ST-PPO's turn importance sampling)
   * ppo       (not run by default) the recipe as shipped: token-level PPO + GAE
 
 grpo and mt_grpo drop the recipe's critic settings (they have no critic). Every arm plays the
@@ -68,9 +71,11 @@ ARMS: dict[str, dict[str, Any]] = {
     "grpo": {"name": "grpo"},
     "mt_grpo": {"name": "mt_grpo", "turn_advantage_coef": 1.0},
     "turn_ppo": {"name": "turn_ppo"},
+    # Turn-PPO with its turn-level ratio and clip as well (ST-PPO's turn importance sampling)
+    "turn_ppo_turn_ratio": {"name": "turn_ppo", "policy_loss": "turn"},
     "ppo": {"name": "ppo"},
 }
-CRITIC_ARMS = ("turn_ppo", "ppo")
+CRITIC_ARMS = ("turn_ppo", "turn_ppo_turn_ratio", "ppo")
 TRAIN_KEYS = (
     "reward",
     "success",

@@ -1,6 +1,7 @@
-"""CISPO, Clip-Cov, KL-Cov and GMPO (algos/losses.py): hand-computed values and gradients, and
-equality with the definitions as veRL's core_algos implements them (compute_policy_loss_cispo,
-_clip_cov, _kl_cov, _geo_mean; volcengine/verl b178a3cd5), written out here from the formulas."""
+"""CISPO, Clip-Cov, KL-Cov, GMPO and the turn-level ratio (algos/losses.py): hand-computed
+values and gradients, and equality with the definitions as veRL's core_algos implements them
+(compute_policy_loss_cispo, _clip_cov, _kl_cov, _geo_mean; volcengine/verl b178a3cd5), written
+out here from the formulas; the turn ratio against GSPO and PPO, the two losses it generalises."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from agentic_rl.algos.losses import (
     cispo_loss,
     clip_cov_loss,
     gmpo_loss,
+    gspo_loss,
     kl_cov_loss,
     ppo_clip_loss,
+    turn_ratio_loss,
 )
 
 F64 = torch.float64
@@ -221,10 +224,73 @@ def test_gmpo_equals_the_verl_definition():
     close(grad_of(ours.mean(), lp), grad_of(ref.mean(), lp), atol=1e-6)
 
 
+# ---- turn-level ratio (ST-PPO / Turn-PPO) ------------------------------------------------
+
+
+def test_turn_ratio_by_hand():
+    # row 0: turn 0 = tokens 0-1, an observation (2), turn 1 = token 3, padding with garbage (4)
+    # row 1: turn 0 = tokens 0-1, then a trained token outside every turn (2: own ratio)
+    lp = t([[0.2, 0.0, 5.0, 0.3, 9.0], [-0.5, 0.1, 0.05, 0.0, 0.0]]).requires_grad_()
+    old = torch.zeros(2, 5, dtype=F64)
+    mask = t([[1, 1, 0, 1, 0], [1, 1, 1, 0, 0]])
+    turns = torch.tensor([[0, 0, -1, 1, 1], [0, 0, -1, -1, -1]])
+    adv = t([[1.0, 1.0, 0.0, 1.0, 0.0], [-1.0, -1.0, 2.0, 0.0, 0.0]])
+    loss, clipped = turn_ratio_loss(lp, old, adv, mask, turns, 0.2, 0.2)
+    # row 0: s_0 = exp((0.2 + 0) / 2) = e^0.1 (in band); s_1 = e^0.3 > 1.2 with A > 0: clipped
+    # row 1: s_0 = exp((-0.5 + 0.1) / 2) = e^-0.2 >= 0.8 (in band); token 2: e^0.05, A = 2
+    e1, e2 = math.exp(0.1), math.exp(-0.2)
+    close(loss, [[-e1, -e1, 0, -1.2, 0], [e2, e2, -2 * math.exp(0.05), 0, 0]])
+    assert clipped.tolist() == [[False] * 3 + [True, False], [False] * 5]
+    # the turn's |k| tokens each carry -A s_k and ds_k/dlogp_t = s_k / |k|: their sum's gradient
+    # is -A s_k on every token of the turn; 0 where clipped or off the mask
+    e3 = 2 * math.exp(0.05)
+    close(grad_of(loss, lp), [[-e1, -e1, 0, 0, 0], [e2, e2, -e3, 0, 0]])
+
+
+def test_turn_ratio_clips_a_whole_turn_whose_tokens_moved_together():
+    # each token's ratio e^0.15 is in PPO's band, both are; as one turn too. Then one token at
+    # e^0.3 (out) and one at 0 (in): PPO clips one token, the turn ratio e^0.15 clips neither
+    lp = t([[0.3, 0.0]])
+    loss, clipped = turn_ratio_loss(
+        lp,
+        torch.zeros(1, 2, dtype=F64),
+        t([[1.0, 1.0]]),
+        t([[1, 1]]),
+        torch.tensor([[0, 0]]),
+        0.2,
+        0.2,
+    )
+    _, token_clipped = ppo_clip_loss(lp, torch.zeros(1, 2, dtype=F64), t([[1.0, 1.0]]), t([[1, 1]]))
+    assert token_clipped.tolist() == [[True, False]] and not clipped.any()
+    close(loss, [[-math.exp(0.15)] * 2])
+
+
+def test_turn_ratio_with_one_turn_a_row_is_gspo_and_with_one_token_a_turn_is_ppo():
+    gen = torch.Generator().manual_seed(3)
+    lp = (-torch.rand(3, 6, generator=gen, dtype=F64)).requires_grad_()
+    old = lp.detach() + 2e-4 * torch.randn(3, 6, generator=gen, dtype=F64)
+    mask = torch.ones(3, 6, dtype=F64)
+    mask[1, 4:] = 0
+    seq_adv = torch.randn(3, generator=gen, dtype=F64)
+    adv = seq_adv[:, None].expand(3, 6) * mask
+    one_turn = torch.where(mask > 0, 0, -1).long()
+    per_token, _ = turn_ratio_loss(lp, old, adv, mask, one_turn, 3e-4, 4e-4)
+    # GSPO's per-sequence loss = the mean of the turn loss over the row's tokens
+    gspo, _ = gspo_loss(lp, old, seq_adv, mask, 3e-4, 4e-4)
+    row_mean = per_token.sum(-1) / mask.sum(-1)
+    close(row_mean, gspo.detach())
+    close(grad_of(row_mean, lp), grad_of(gspo, lp))
+    each_token = torch.arange(6).expand(3, 6)
+    turn, _ = turn_ratio_loss(lp, old, adv, mask, each_token, 0.2, 0.28)
+    ppo, _ = ppo_clip_loss(lp, old, adv, mask, 0.2, 0.28)
+    close(turn, ppo.detach())
+    close(grad_of(turn, lp), grad_of(ppo, lp))
+
+
 # ---- the table ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["cispo", "clip_cov", "kl_cov", "gmpo"])
+@pytest.mark.parametrize("name", ["cispo", "clip_cov", "kl_cov", "gmpo", "turn"])
 def test_policy_loss_table_knobs_are_keywords_of_the_function(name):
     import inspect
 
@@ -234,3 +300,4 @@ def test_policy_loss_table_knobs_are_keywords_of_the_function(name):
     fields = {field for _, field in spec.knobs}
     assert set(spec.ratio_knobs) <= fields
     assert spec.sequence_level == (name == "gmpo")
+    assert spec.needs_turns == ("turn_ids" in params) == (name == "turn")

@@ -25,6 +25,11 @@ ONE_STEP = ["algo.ppo_mini_batches=1"]
         ([*CISPO, "algo.gspo_clip_low=1e-3"], "algo.gspo_clip_low is set but does nothing"),
         ([*CISPO, "algo.cispo_clip_high=-0.1"], "algo.cispo_clip_low and algo.cispo_clip_high"),
         ([*CISPO, "algo.dual_clip=3"], "algo.dual_clip applies to the token-level ppo loss"),
+        (["algo.policy_loss=turn", "algo.dual_clip=3"], "algo.dual_clip applies to the token"),
+        (
+            ["algo.policy_loss=turn", "rollout.max_staleness=1"],
+            "algo.policy_loss=turn is not the token-level ppo loss",
+        ),
         (["algo.policy_loss=clip_cov", "algo.clip_cov_ratio=0"], r"algo.clip_cov_ratio must be"),
         (
             ["algo.policy_loss=clip_cov", "algo.clip_cov_low=5", "algo.clip_cov_high=1"],
@@ -80,10 +85,15 @@ def test_distill_refusals(tmp_path):
         ["algo.policy_loss=clip_cov", *ONE_STEP, *RESET, "algo.clip_cov_ratio=0.01"],
         ["algo.policy_loss=kl_cov", *RESET, "algo.kl_cov_ratio=0.002", "algo.kl_cov_coef=0.5"],
         [*GMPO, "algo.gmpo_clip_low=0.3", "algo.gmpo_clip_high=0.5"],
+        ["algo.policy_loss=turn", "algo.clip_high=0.28", "algo.dual_clip=0"],
+        ["algo.policy_loss=turn", "--recipe=mt_grpo_gridworld"],
+        ["algo.policy_loss=turn", "--recipe=mt_grpo_gridworld", "algo.name=turn_ppo"],
     ],
 )
 def test_valid_settings_load(overrides):
-    cfg = load_config(None, overrides)
+    recipe = [o.split("=")[1] for o in overrides if o.startswith("--recipe=")]
+    rest = [o for o in overrides if not o.startswith("--recipe=")]
+    cfg = load_config(recipe[0] if recipe else None, rest)
     assert cfg.algo.policy_loss == overrides[0].split("=")[1]
 
 

@@ -1,6 +1,7 @@
-"""CISPO, Clip-Cov, KL-Cov, GMPO and IcePop through `update` on the tiny model: where the ratio
-is 1 the new losses give the plain policy gradient they reduce to, the restraint they add shows
-in the gradient and in `clip_frac`, and IcePop weighs or drops tokens (`rollout_correction_*`)."""
+"""CISPO, Clip-Cov, KL-Cov, GMPO, the turn-level ratio and IcePop through `update` on the tiny
+model: where the ratio is 1 the new losses give the plain policy gradient they reduce to, the
+restraint they add shows in the gradient and in `clip_frac`, and IcePop weighs or drops tokens
+(`rollout_correction_*`)."""
 
 import copy
 import math
@@ -19,13 +20,15 @@ ONE_STEP = [*BASE, "algo.ppo_mini_batches=1"]
 
 
 def trajectories(n=4, seed=0):
-    """n rows (prompt 4 tokens, 6 policy tokens), rewards 0/1 alternating, one group."""
+    """n rows (prompt 4 tokens, 6 policy tokens in two turns of 3), rewards 0/1 alternating,
+    one group."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
         ids = torch.randint(5, 1000, (10,), generator=g).tolist()
         mask = [0] * 4 + [1] * 6
-        out.append(Trajectory(ids, mask, [0.0] * 10, 4, reward=float(i % 2), group_id="g"))
+        turns = [(4, 7), (7, 10)]
+        out.append(Trajectory(ids, mask, [0.0] * 10, 4, turns, reward=float(i % 2), group_id="g"))
     return out
 
 
@@ -53,10 +56,12 @@ def close(a, b):
 
 @pytest.mark.parametrize(
     ("loss", "agg"),
-    [("cispo", "token-mean"), ("gmpo", "seq-mean-token-mean")],
+    [("cispo", "token-mean"), ("gmpo", "seq-mean-token-mean"), ("turn", "token-mean")],
 )
-def test_at_ratio_one_cispo_and_gmpo_are_the_plain_policy_gradient(tiny, loss, agg):
-    # CISPO: -sg(1) A grad log pi; GMPO: -A grad exp(mean_t log r) = -A mean_t grad log pi
+def test_at_ratio_one_cispo_gmpo_and_turn_are_the_plain_policy_gradient(tiny, loss, agg):
+    # CISPO: -sg(1) A grad log pi; GMPO: -A grad exp(mean_t log r) = -A mean_t grad log pi;
+    # turn (A constant along a turn, as episode-level GRPO gives): each of the |k| tokens'
+    # -A grad s_k = -A / |k| sum_{t in k} grad log pi_t, summed over the turn's tokens
     plain, _ = grads(tiny, [*ONE_STEP, f"algo.loss_agg={agg}"])
     new, metrics = grads(tiny, [*ONE_STEP, f"algo.policy_loss={loss}", f"algo.loss_agg={agg}"])
     assert plain.abs().sum() > 0
@@ -111,7 +116,19 @@ def test_icepop_lower_bound_is_configurable(tiny):
     assert metrics["rollout_correction_zeroed"] == 1.0
 
 
-@pytest.mark.parametrize("loss", ["cispo", "gmpo", "kl_cov"])
+def test_turn_ratio_clips_whole_turns_after_the_first_mini_batch(tiny):
+    # two mini-batches at a large step: the second's ratios move; every clipped token belongs to
+    # a clipped turn, so clip_frac is a multiple of a turn's share (3 of 24 tokens)
+    overrides = [*BASE, "algo.policy_loss=turn", "algo.ppo_mini_batches=2", "algo.clip_high=0.01"]
+    cfg = load_config(None, [*overrides, "algo.clip_low=0.01", "optim.lr=1e-2"])
+    model = copy.deepcopy(tiny)
+    batch = batch_of(model, cfg)
+    metrics = update(model, torch.optim.SGD(model.parameters(), lr=5.0), batch, cfg)
+    clipped_tokens = metrics["clip_frac"] * 24
+    assert clipped_tokens > 0 and clipped_tokens == pytest.approx(3 * round(clipped_tokens / 3))
+
+
+@pytest.mark.parametrize("loss", ["cispo", "gmpo", "kl_cov", "turn"])
 def test_micro_batches_add_up_to_the_mini_batch_gradient(tiny, loss):
     agg = "seq-mean-token-mean" if loss == "gmpo" else "token-mean"
     common = [*BASE, f"algo.policy_loss={loss}", f"algo.loss_agg={agg}"]

@@ -185,7 +185,7 @@ def test_async_settings_are_validated():
         "algo.stale_is_cap is set but does nothing": ["algo.stale_is_cap=3"],
         "rollout.max_staleness must be >= 0": ["rollout.max_staleness=-1"],
         "algo.stale_is_cap must be >= 1": ["rollout.max_staleness=1", "algo.stale_is_cap=0.5"],
-        "sequence ratio": [
+        "not the token-level ppo loss": [
             "rollout.max_staleness=1",
             "algo.policy_loss=gspo",
             "algo.loss_agg=seq-mean-token-mean",

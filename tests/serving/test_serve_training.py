@@ -219,6 +219,6 @@ def test_training_on_served_episodes_refuses_what_cannot_correct_stale_tokens(se
     cfg = copy.deepcopy(setup.cfg)
     cfg.algo.policy_loss = "gspo"
     gspo = dataclasses.replace(setup, cfg=cfg)
-    with pytest.raises(ValueError, match="sequence ratio: use algo.policy_loss=ppo"):
+    with pytest.raises(ValueError, match="not the token-level ppo loss: use algo.policy_loss=ppo"):
         PolicyService.from_setup(gspo, train_every=2)
     PolicyService.from_setup(gspo)  # recording, or training fresh episodes in-process, is fine

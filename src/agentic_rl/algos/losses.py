@@ -119,6 +119,53 @@ def ppo_clip_loss(
     return torch.where(m, loss, 0), clipped & m
 
 
+def turn_ratio_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    turn_ids: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> tuple[Tensor, Tensor]:
+    """PPO clipped surrogate with one ratio per turn: turn-level importance sampling (ST-PPO,
+    Li et al. 2025, arXiv 2511.20718, eq. 4; the turn-level clipping of Turn-PPO, Li et al.
+    2025, arXiv 2512.17008).
+
+    A turn's ratio is the geometric mean of its tokens' ratios,
+    ``s_k = exp(mean_{t in turn k, masked} (logp_t - old_logp_t))``, and every trained token
+    ``t`` of turn ``k`` gets ``L_t = -min(s_k A_t, clip(s_k, 1 - clip_low, 1 + clip_high) A_t)``:
+    the turn is the action of a turn-level MDP, so it is kept or clipped as a whole (a turn
+    clips once its tokens have moved together, not token by token). GSPO's ratio
+    (:func:`gspo_loss`) is this with one turn per sequence; unlike GSPO the loss stays per
+    token, so the advantage may vary along the turn and any ``algo.loss_agg`` applies. The
+    gradient of ``s_k`` reaches every trained token of the turn through the mean. The clip
+    range is PPO's (0.2, which ST-PPO uses), not GSPO's 3e-4: a turn is a few dozen tokens, its
+    mean log-ratio moves about as much as one token's. A trained token outside every turn
+    (``turn_ids`` -1: observation tokens trained with rollout.train_on_observations) keeps its
+    own token ratio.
+    Returns ``(per_token_loss, clipped)`` as :func:`ppo_clip_loss` does (``clipped`` marks the
+    tokens of clipped turns).
+    Shapes: ``logprobs``, ``old_logprobs``, ``advantages``, ``mask`` ``[B, T]``, ``turn_ids``
+    ``[B, T]`` long (the turn of each token, -1 off turns) -> ``([B, T], [B, T] bool)``.
+    """
+    m = as_bool_mask(mask)
+    log_ratio = torch.where(m, logprobs - old_logprobs, 0)
+    in_turn = m & (turn_ids >= 0)
+    slot = turn_ids.clamp_min(0)
+    width = int(slot.max().item()) + 1 if slot.numel() else 1
+    shape = (log_ratio.shape[0], width)
+    zeros = torch.zeros(shape, dtype=log_ratio.dtype, device=log_ratio.device)
+    sums = zeros.scatter_add(1, slot, torch.where(in_turn, log_ratio, 0))
+    counts = zeros.scatter_add(1, slot, in_turn.to(sums))
+    turn_log_ratio = torch.gather(sums / counts.clamp_min(1), 1, slot)
+    unit_log_ratio = torch.where(in_turn, turn_log_ratio, log_ratio)
+    ratio = torch.exp(unit_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    adv = torch.where(m, advantages, 0)
+    loss, clipped = clipped_surrogate(ratio, adv, clip_low, clip_high)
+    return torch.where(m, loss, 0), clipped & m
+
+
 def value_loss(
     values: Tensor,
     old_values: Tensor,
@@ -423,6 +470,8 @@ class PolicyLoss:
     needs_ratio: bool = False
     """The whole loss reduces to the plain policy gradient when the ratio is 1 (kl_cov): it needs
     an off-policy update (PPO mini-batches or epochs)."""
+    needs_turns: bool = False
+    """``fn`` also takes ``turn_ids`` ``[B, T]`` (TrainBatch.turn_ids: the turn of each token)."""
 
 
 _PPO_CLIP = (("clip_low", "clip_low"), ("clip_high", "clip_high"))
@@ -434,6 +483,13 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {
         sequence_level=False,
         knobs=(*_PPO_CLIP, ("dual_clip", "dual_clip")),
         ratio_knobs=("clip_low", "clip_high", "dual_clip"),
+    ),
+    "turn": PolicyLoss(
+        turn_ratio_loss,
+        sequence_level=False,
+        knobs=_PPO_CLIP,
+        ratio_knobs=("clip_low", "clip_high"),
+        needs_turns=True,
     ),
     "gspo": PolicyLoss(
         gspo_loss,

@@ -32,7 +32,10 @@ class AlgoConfig:
     "clip_cov" / "kl_cov": PPO with a few high logprob-advantage covariance tokens detached
     (clip_cov_*) / KL-penalised without any ratio clip (kl_cov_*), against entropy collapse.
     "gmpo": the geometric mean of the token ratios, clipped per token in log space
-    (gmpo_clip_*), sequence-level. Each loss's knobs are refused with another loss."""
+    (gmpo_clip_*), sequence-level. "turn": one ratio per turn, the geometric mean of its
+    tokens' ratios, clipped as a whole with PPO's clip_low / clip_high (ST-PPO's turn-level
+    importance sampling, Turn-PPO's turn-level clipping; per-token loss, any estimator). Each
+    loss's knobs are refused with another loss."""
     loss_agg: str = ""
     """Loss aggregation (LOSS_AGGREGATIONS in algos/losses.py): token-mean (DAPO: every token of
     the batch weighs the same), seq-mean-token-mean (GRPO: mean over each sequence's tokens,

@@ -68,7 +68,8 @@ def stale_correction_problem(cfg: Config) -> str | None:
     if cfg.algo.policy_loss != "ppo":
         return (
             "corrects stale tokens one by one (decoupled PPO); "
-            f"algo.policy_loss={cfg.algo.policy_loss} has a sequence ratio: use algo.policy_loss=ppo"
+            f"algo.policy_loss={cfg.algo.policy_loss} is not the token-level ppo loss: use "
+            "algo.policy_loss=ppo"
         )
     if cfg.rollout.train_on_observations:
         return (

@@ -481,6 +481,8 @@ def _micro_batch_loss(
         # gspo restrains whole sequences [B], gmpo single tokens [B, T]
         clipped = (restrained[:, None] if restrained.dim() == 1 else restrained) & (mask > 0)
     else:
+        if spec.needs_turns:  # one ratio per turn (TrainBatch.turn_ids, filled by collate)
+            knobs["turn_ids"] = mb.turn_ids
         pg, clipped = spec.fn(logprobs, old, mb.advantages, mask, **knobs)
         if weights is not None:  # with "tis" and stale samples: decoupled PPO (offpolicy.py)
             pg = pg * weights
