@@ -11,6 +11,9 @@ for one arm the policy loss):
   * grpo      episode-level GRPO: every token gets the group-normalised episode reward
   * mt_grpo   GRPO's outcome advantage + algo.turn_advantage_coef (1.0) x the group-normalised
               step reward of each search turn before the answer, per turn index (MT-GRPO)
+  * mt_grpo_outcome  (not run by default) mt_grpo whose outcome advantage normalises the last
+              turn's reward alone (algo.mt_grpo_outcome=last_turn, the paper's outcome-only
+              reward), not the episode reward that also holds the turn rewards
   * turn_ppo  a turn-level critic (the recipe's separate critic, read at each turn's first
               token), GAE over turns with the recipe's gamma = lambda = 1 (Turn-PPO)
   * turn_ppo_turn_ratio  (not run by default) turn_ppo with the turn-level ratio and clip
@@ -70,6 +73,12 @@ CRITIC_KEYS = ("gamma", "lam", "value_clip", "value_coef", "critic", "critic_lr"
 ARMS: dict[str, dict[str, Any]] = {
     "grpo": {"name": "grpo"},
     "mt_grpo": {"name": "mt_grpo", "turn_advantage_coef": 1.0},
+    # MT-GRPO with the outcome-only reward: A^O of the last turn's reward, not the episode's
+    "mt_grpo_outcome": {
+        "name": "mt_grpo",
+        "turn_advantage_coef": 1.0,
+        "mt_grpo_outcome": "last_turn",
+    },
     "turn_ppo": {"name": "turn_ppo"},
     # Turn-PPO with its turn-level ratio and clip as well (ST-PPO's turn importance sampling)
     "turn_ppo_turn_ratio": {"name": "turn_ppo", "policy_loss": "turn"},

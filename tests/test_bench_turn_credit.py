@@ -29,6 +29,8 @@ def test_every_arm_is_the_recipe_with_its_estimator(tmp_path):
         assert cfg.algo.name == bench.ARMS[arm]["name"] and cfg.trainer.seed == 1
         assert cfg.rollout.group_size == 2
         assert cfg.algo.policy_loss == ("turn" if arm == "turn_ppo_turn_ratio" else "ppo")
+        outcome = "last_turn" if arm == "mt_grpo_outcome" else "episode"
+        assert cfg.algo.mt_grpo_outcome == outcome
         algo = yaml.safe_load(bench.arm_recipe(args, arm, tmp_path).read_text())["algo"]
         assert ("critic" in algo) == (arm in bench.CRITIC_ARMS)
         # the recipe's other settings stay: its loss, clip and KL

@@ -15,6 +15,7 @@ from agentic_rl.algos.tree import (
     tree_per_token_advantages,
 )
 from agentic_rl.algos.turns import (
+    last_turn_rewards,
     mt_grpo_token_advantages,
     turn_gae,
     turn_group_advantages,
@@ -53,6 +54,15 @@ def test_mt_grpo_adds_turn_credit_before_the_last_turn_only() -> None:
     )
     # turn 0: 0.5 + 0.25 * 2 = 1.0; the last turn keeps the outcome advantage only
     assert torch.equal(out, torch.tensor([[0.0, 1.0, 1.0, 0.0, 0.5, 0.5]]))
+
+
+def test_last_turn_rewards_are_the_outcome_apart_from_earlier_turns() -> None:
+    turn_rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 2.0], [9.0, 0.0, 0.0]])
+    num_turns = torch.tensor([2, 3, 0])
+    rewards = torch.tensor([1.0, 2.5, 7.0])
+    # row 0: its second turn's 0.0; row 1: its third turn's 2.0; row 2 has no turn: its reward
+    out = last_turn_rewards(turn_rewards, num_turns, rewards)
+    assert out.tolist() == [0.0, 2.0, 7.0]
 
 
 def test_turn_gae_by_hand() -> None:

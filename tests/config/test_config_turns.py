@@ -16,6 +16,8 @@ from agentic_rl.config.parse import ConfigError
             "algo.turn_advantage_coef is set but does nothing: algo.name=turn_ppo",
         ),
         (["algo.name=mt_grpo", "algo.turn_advantage_coef=-1"], "must be a number >= 0"),
+        (["algo.mt_grpo_outcome=last_turn"], "algo.mt_grpo_outcome is set but does nothing"),
+        (["algo.name=mt_grpo", "algo.mt_grpo_outcome=final"], "must be one of episode, last_"),
         (["algo.name=mt_grpo", "rollout.max_turns=1"], "rollout.max_turns=1 leaves no such turn"),
         (["algo.name=mt_grpo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
         (["algo.name=turn_ppo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
@@ -44,6 +46,8 @@ def test_turn_settings_that_cannot_act_fail_at_load(overrides, message):
 
 def test_turn_estimators_load():
     cfg = load_config(None, ["algo.name=mt_grpo", "algo.turn_advantage_coef=0.5"])
-    assert cfg.algo.turn_advantage_coef == 0.5
+    assert cfg.algo.turn_advantage_coef == 0.5 and cfg.algo.mt_grpo_outcome == "episode"
+    cfg = load_config(None, ["algo.name=mt_grpo", "algo.mt_grpo_outcome=last_turn"])
+    assert cfg.algo.mt_grpo_outcome == "last_turn"
     cfg = load_config(None, ["algo.name=turn_ppo", "algo.gamma=0.99", "algo.lam=0.9"])
     assert (cfg.algo.gamma, cfg.algo.lam) == (0.99, 0.9)

@@ -108,6 +108,36 @@ def test_mt_grpo_without_turn_credit_is_grpo():
     torch.testing.assert_close(batch.advantages, grpo.advantages)
 
 
+def test_mt_grpo_outcome_only_normalises_the_last_turns_reward():
+    # E1 found the page (turn 0: 1) and answered wrong (0); E2 the other way round; both earn
+    # an episode reward of 1. E2 also gets 0.5 from a reward function after the rollout, which
+    # lands on its last turn.
+    def batch():
+        return collate(
+            [
+                episode([[1], [1]], [1.0, 0.0], "g"),
+                episode([[1], [1]], [0.0, 1.0], "g", reward=1.5),
+            ],
+            pad_token_id=0,
+        )
+
+    # last_turn: outcomes 0 and 1.5 -> A^O = -S, +S; turn 0 rewards 1, 0 -> A^T = +S, -S (x 0.5)
+    outcome_only = batch()
+    algo = AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5, mt_grpo_outcome="last_turn")
+    compute_advantages(outcome_only, algo)
+    want = [[0, 0, -S + 0.5 * S, 0, -S], [0, 0, S - 0.5 * S, 0, S]]
+    torch.testing.assert_close(outcome_only.advantages, torch.tensor(want), atol=1e-5, rtol=0)
+    # episode: rewards 1 and 1.5 -> A^O = -S, +S too, but from the sum, not the outcome; with
+    # equal sums (no reward function) the episode form gives A^O = 0 and only A^T acts
+    equal = collate(
+        [episode([[1], [1]], [1.0, 0.0], "g"), episode([[1], [1]], [0.0, 1.0], "g")],
+        pad_token_id=0,
+    )
+    compute_advantages(equal, AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5))
+    want = [[0, 0, 0.5 * S, 0, 0], [0, 0, -0.5 * S, 0, 0]]
+    torch.testing.assert_close(equal.advantages, torch.tensor(want), atol=1e-5, rtol=0)
+
+
 def turn_ppo_batch():
     """One episode, two turns of two sampled tokens: step rewards 0.5, 1.0."""
     batch = collate([episode([[1, 1], [1, 1]], [0.5, 1.0], "g")], pad_token_id=0)

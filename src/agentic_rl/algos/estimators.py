@@ -42,6 +42,7 @@ from agentic_rl.algos.tree import (
     tree_per_token_advantages,
 )
 from agentic_rl.algos.turns import (
+    last_turn_rewards,
     mt_grpo_token_advantages,
     turn_gae,
     turn_group_advantages,
@@ -93,6 +94,10 @@ class AdvantageInputs:
     """[B] long: the turns of each row (turn-level estimators)."""
     turn_coef: float = 1.0
     """Weight of the turn advantage (mt_grpo: algo.turn_advantage_coef)."""
+    outcome_only: bool = False
+    """mt_grpo: the outcome advantage normalises each episode's last-turn reward (its outcome
+    apart from the intermediate turns' step rewards, algo.mt_grpo_outcome=last_turn), not the
+    episode reward."""
     tree_ids: Tensor | None = None
     """[B] long: the leaves of one tree share an id, unique across groups (the tree_grpo
     estimators; rollout.tree); None = every row its own tree (config validation requires
@@ -268,11 +273,13 @@ def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
 def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
     """MT-GRPO: GRPO's outcome advantage on every token, plus turn_coef x the group-normalised
     step reward of its turn on the turns before the last (the last turn's reward is part of
-    the outcome)."""
+    the outcome). The outcome is the episode reward, or with `outcome_only` the last turn's
+    reward alone (`last_turn_rewards`)."""
     turn_ids, turn_rewards, num_turns = _turns(x, "mt_grpo")
     earlier = turn_slots(num_turns - 1, turn_rewards.shape[1])
     turn_adv = turn_group_advantages(turn_rewards, earlier, x.group_ids)
-    outcome = grpo_advantages(x.rewards, x.group_ids)
+    rewards = last_turn_rewards(turn_rewards, num_turns, x.rewards) if x.outcome_only else x.rewards
+    outcome = grpo_advantages(rewards, x.group_ids)
     adv = mt_grpo_token_advantages(
         outcome, turn_adv, turn_ids, x.mask, num_turns - 1, turn_coef=x.turn_coef
     )

@@ -81,6 +81,21 @@ def mt_grpo_token_advantages(
     return torch.where(m, adv, 0)
 
 
+def last_turn_rewards(turn_rewards: Tensor, num_turns: Tensor, rewards: Tensor) -> Tensor:
+    """Each episode's outcome reward apart from its intermediate turns' step rewards: the reward
+    of its last turn (that turn's step reward plus what reward functions add after the
+    rollout, which `turn_tensors` puts there), ``R^O_i = r_{i, K_i - 1}``; an episode without
+    a turn keeps its episode reward. MT-GRPO (Zeng et al. 2025, arXiv 2505.11821) normalises
+    such an outcome-only reward; the episode reward is the sum of every turn's reward.
+
+    Shapes: ``turn_rewards`` ``[B, K]``, ``num_turns`` ``[B]`` long, ``rewards`` ``[B]`` ->
+    ``[B]``.
+    """
+    last = (num_turns - 1).clamp_min(0)[:, None]
+    at_last = turn_rewards.detach().float().gather(1, last)[:, 0]
+    return torch.where(num_turns > 0, at_last, rewards.detach().float())
+
+
 def turn_gae(
     turn_rewards: Tensor,
     turn_values: Tensor,

@@ -164,6 +164,13 @@ class AlgoConfig:
     """MT-GRPO (algo.name=mt_grpo): the weight lambda of the turn advantage added to the
     outcome advantage on the tokens of every turn before the last (Zeng et al. 2025's
     turn_advantage_coef, default 1.0); >= 0, 0 = GRPO's outcome advantage alone."""
+    mt_grpo_outcome: str = "episode"
+    """MT-GRPO: the reward its outcome advantage A^O normalises. "episode": the episode reward,
+    which is the sum of every turn's step reward (plus what reward functions add), so A^O also
+    carries the turn rewards that A^T credits; "last_turn": the last turn's reward alone (its
+    step reward plus the reward functions'), the outcome apart from the intermediate turns, as
+    the paper's outcome-only reward (Zeng et al. 2025) where the env pays the outcome on the
+    last turn. "episode" stays the default: the recipes' measured runs used it."""
     stale_is_cap: float = 5.0
     """rollout.max_staleness > 0: each token's behaviour importance weight pi_prox / pi_behav
     (decoupled PPO) is truncated at this value, so very stale tokens cannot dominate."""

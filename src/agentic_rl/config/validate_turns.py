@@ -15,6 +15,9 @@ from agentic_rl.config.parse import ConfigError
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
 
+MT_GRPO_OUTCOMES = ("episode", "last_turn")
+"""`algo.mt_grpo_outcome`: the reward MT-GRPO's outcome advantage normalises."""
+
 
 def _names(flag: str) -> str:
     """The estimators with a flag, for messages."""
@@ -28,10 +31,15 @@ def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
     algo.turn_advantage_coef with another estimator does nothing."""
     algo, rollout = cfg.algo, cfg.rollout
     estimator = ADVANTAGE_ESTIMATORS[algo.name]
+    if algo.mt_grpo_outcome not in MT_GRPO_OUTCOMES:
+        raise ConfigError(
+            f"algo.mt_grpo_outcome must be one of {', '.join(MT_GRPO_OUTCOMES)}, "
+            f"got {algo.mt_grpo_outcome!r}"
+        )
     if not estimator.turn_groups:
         _unused(
             cfg,
-            ["algo.turn_advantage_coef"],
+            ["algo.turn_advantage_coef", "algo.mt_grpo_outcome"],
             f"algo.name={algo.name} adds no turn advantage ({_names('turn_groups')} does)",
             explicit,
         )

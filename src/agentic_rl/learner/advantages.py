@@ -54,6 +54,7 @@ def compute_advantages(
         turn_rewards=batch.turn_rewards,
         num_turns=batch.num_turns,
         turn_coef=algo.turn_advantage_coef,
+        outcome_only=algo.mt_grpo_outcome == "last_turn",
     )
     advantages, returns = estimator.fn(inputs)
     if returns is not None and estimator.value_positions is not None:
