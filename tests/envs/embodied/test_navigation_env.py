@@ -112,6 +112,41 @@ def test_mean_episode_reward_is_the_running_mean_of_chunk_scores(tasks):
         NavigationEnv(episode_reward="max")
 
 
+def test_route_mean_pays_stopping_early_a_share_of_the_route(tasks):
+    # a route of 7-12 actions takes 2 chunks of 6. Stopping after the expert's first 5 actions:
+    # chunk share s = (1 + .5 + .25 + .125 + .0625) / (that + .03125) (the 6th is a mismatch);
+    # "mean" pays s, "route_mean" s / max(1 chunk played, 2 route chunks)
+    task = next(t for t in tasks if len(t.answers[0].split()) > 6)
+    s = 1.9375 / 1.96875
+    rewards = {}
+    for mode in ("mean", "route_mean"):
+        env = NavigationEnv(decay=0.5, episode_reward=mode)
+        env.reset(task, 0)
+        assert env.route_chunks == 2
+        early = [*env.expert_actions()[:5], STOP]
+        result = env.step(act(" || ".join(ACTIONS[a] for a in early)))
+        assert result.terminated and not env._success()
+        rewards[mode] = result.reward
+    assert rewards["mean"] == pytest.approx(s) and rewards["route_mean"] == pytest.approx(s / 2)
+    # the expert's pace: 1/2 after its first chunk, then (1 + 1) / 2 and the success reward
+    env = NavigationEnv(decay=0.5, episode_reward="route_mean", success_reward=1.0)
+    env.reset(task, 0)
+    total = []
+    while not env.done:
+        total.append(env.step(act(" || ".join(ACTIONS[a] for a in env.expert_actions()[:6]))))
+    assert [r.reward for r in total] == pytest.approx([0.5, 0.5 + 1.0]) and env._success()
+    # walking past the route: a third chunk divides by 3 chunks played
+    env = NavigationEnv(decay=0.5, episode_reward="route_mean")
+    env.reset(task, 0)
+    env.step(act(" || ".join(ACTIONS[a] for a in env.expert_actions()[:6])))  # share 1
+    env.step(act("turn-left"))  # share 0 against the expert's next chunk
+    third = env.step(act(" || ".join(ACTIONS[a] for a in env.expert_actions()[:6])))
+    assert env.chunk_scores[0] == 1.0 and env.chunk_scores[1] == 0.0
+    value = sum(env.chunk_scores) / 3
+    bonus = 1.0 if env._success() else 0.0
+    assert third.reward == pytest.approx(value - 0.5 + bonus)
+
+
 def test_extra_actions_are_dropped_with_the_format_penalty(tasks):
     env = NavigationEnv(chunk_size=6, max_steps=24)
     env.reset(tasks[1], 0)

@@ -34,6 +34,15 @@ to walk on instead of stopping (bench/README.md). `episode_reward` says how the 
   no number of chunks earns more than the expert's 1 + success_reward, and a rollout that never
   stops on the goal earns at most 1. The turn rewards are the increments of the running mean,
   so they sum to it.
+- "route_mean": the chunks' shares summed and divided by max(the chunks played, the chunks the
+  route takes: ceil(shortest path from the start, `stop` included / chunk_size)), plus
+  `success_reward`. "mean" averages over the chunks played, so an episode that stops after one
+  good chunk of a two-chunk route earns as much as one that walks on and arrives less its
+  success reward; RL on "mean" learned to stop after the first chunk (1.1 chunks an episode
+  after 30 GRPO steps, from 1.2-2.4: bench/results/learning/embodied.json). Here stopping
+  early earns at most (chunks played) / (chunks of the route) and walking on past the route
+  still divides by the chunks played, so neither pays: only the expert's pace earns 1. The
+  turn rewards are the increments, so they sum to it.
 - "sum": every chunk's raw TDR added up, `success_reward` on success (the ablation that shows
   the length incentive).
 
@@ -81,7 +90,7 @@ from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 Split = Literal["train", "eval"]
 
 CHUNK_SIZE = 6  # VLN-R1 predicts the next 6 actions (ablation: 6 > 8 > 4 > 1)
-EPISODE_REWARDS = ("mean", "sum")  # how the chunks' TDRs add up over an episode (module doc)
+EPISODE_REWARDS = ("mean", "route_mean", "sum")  # how the chunks' TDRs add up (module doc)
 RENDERS = ("text", "image")  # what an observation holds besides the text (module doc)
 VIEW_NOTE = "Top-down view (you are the blue triangle):"  # the image placeholders follow this
 EVAL_BUCKETS = 5  # 1 in 5 generated episodes is reserved for eval
@@ -191,6 +200,7 @@ class NavigationEnv(DiscreteActionEnv):
         self.success_reward = success_reward
         self.episode_reward = episode_reward
         self.chunk_scores: list[float] = []  # "mean": each turn's normalised TDR, in order
+        self.route_chunks = 1  # "route_mean": the chunks the shortest route from the start takes
         self.house: HouseMap | None = None
         self.pose: Pose = (0, 0, 0)
         self.goal: Cell = (0, 0)
@@ -208,6 +218,8 @@ class NavigationEnv(DiscreteActionEnv):
         self.stopped = False
         self.executed = []
         self.chunk_scores = []
+        route = shortest_path(self.house, self.pose, self.goal)
+        self.route_chunks = max(1, -(-len(route) // self.chunk_size))
 
     def reset(self, task: Task, seed: int) -> Observation:
         first = super().reset(task, seed)
@@ -281,12 +293,22 @@ class NavigationEnv(DiscreteActionEnv):
         if self.episode_reward == "sum":
             result.reward += tdr
             return self._with_picture(result)
-        previous = sum(self.chunk_scores) / len(self.chunk_scores) if self.chunk_scores else 0.0
+        previous = self._chunk_value()
         score = normalized_time_decay_reward(predicted, expert, self.decay)
         self.chunk_scores.append(score)
-        result.reward += sum(self.chunk_scores) / len(self.chunk_scores) - previous
+        result.reward += self._chunk_value() - previous
         result.info["chunk_score"] = score
         return self._with_picture(result)
+
+    def _chunk_value(self) -> float:
+        """The chunks' part of the episode reward so far: their mean share ("mean"), or their
+        summed share over max(chunks played, the route's chunks) ("route_mean")."""
+        if not self.chunk_scores:
+            return 0.0
+        played = len(self.chunk_scores)
+        if self.episode_reward == "route_mean":
+            return sum(self.chunk_scores) / max(played, self.route_chunks)
+        return sum(self.chunk_scores) / played
 
     def _with_picture(self, result: StepResult) -> StepResult:
         if self.render == "image" and result.observation is not None:
