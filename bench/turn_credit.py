@@ -235,14 +235,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         directory = Path(tmp)
         if todo:
             t0 = time.perf_counter()
-            weights, warm = shared_warm_start(args, directory)
-            print(f"warm start: held-out success {warm['success']:.3f}", flush=True)
-            warm = {**warm, "seconds": time.perf_counter() - t0}
+            weights, fresh = shared_warm_start(args, directory)
+            print(f"warm start: held-out success {fresh['success']:.3f}", flush=True)
+            check_same_warm_start(warm, fresh, args.out)
+            warm = {**fresh, "seconds": time.perf_counter() - t0}
         for seed, arm in todo:
             print(f"[{arm} seed {seed}]", flush=True)
             results.setdefault(arm, {})[str(seed)] = rl_run(args, arm, seed, weights, directory)
+            command = " ".join(["bench/turn_credit.py", *(argv or sys.argv[1:])])
+            earlier = data.get("commands", [data["command"]] if "command" in data else [])
             data = {
-                "command": " ".join(["bench/turn_credit.py", *(argv or sys.argv[1:])]),
+                "command": earlier[0] if earlier else command,
+                "commands": earlier if command in earlier else [*earlier, command],
                 "recipe": args.recipe,
                 "model": args.model,
                 "steps": args.steps,
@@ -270,6 +274,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         save(data, args.out)
     print(table(results, warm))
     return data
+
+
+def check_same_warm_start(
+    stored: dict[str, float] | None, fresh: dict[str, float], out: Path
+) -> None:
+    """A resumed file's arms must share one warm start: the one just made must evaluate as the
+    stored one did (same held-out success and reward), else its new arms would be compared
+    against arms that started elsewhere (another machine, torch or code)."""
+    if stored is None:
+        return
+    for key in ("success", "reward"):
+        if key in stored and abs(stored[key] - fresh[key]) > 1e-9:
+            raise SystemExit(
+                f"{out} holds arms from a warm start with held-out {key} {stored[key]:.4f}; "
+                f"this one gives {fresh[key]:.4f}, so the arms would not share a start: write "
+                "to a new --out (or rerun every arm there)"
+            )
 
 
 def save(data: dict[str, Any], out: Path) -> None:

@@ -72,6 +72,14 @@ def test_summary_by_hand(tmp_path):
     }
 
 
+def test_a_resume_refuses_a_different_warm_start(tmp_path):
+    stored = {"success": 0.63, "reward": 0.8}
+    bench.check_same_warm_start(None, stored, tmp_path)  # a new file: nothing to match
+    bench.check_same_warm_start(stored, dict(stored), tmp_path)
+    with pytest.raises(SystemExit, match="held-out success 0.6300; this one gives 0.6400"):
+        bench.check_same_warm_start(stored, {"success": 0.64, "reward": 0.8}, tmp_path)
+
+
 def test_the_grid_world_arms_keep_its_progress_reward(tmp_path):
     args = argparse.Namespace(
         recipe="mt_grpo_gridworld", model="tiny", steps=2, tasks_per_step=2, group_size=2,
@@ -97,3 +105,7 @@ def test_the_bench_runs_on_the_tiny_model_and_resumes(tmp_path):
     assert data["results"]["turn_ppo"]["0"]["train"][0]["value_loss"] > 0
     assert data["optimizer_steps_per_step"] == 1.0  # stepsearch: one mini-batch
     assert bench.main([*argv, "--out", str(out)]) == data  # nothing left to run
+    # a resume with another arm: the warm start is made again and matches; both commands kept
+    more = bench.main([*argv[:3], "grpo", *argv[5:], "--out", str(out)])
+    assert set(more["results"]) == {"mt_grpo", "turn_ppo", "grpo"}
+    assert more["command"] == more["commands"][0] and len(more["commands"]) == 2
