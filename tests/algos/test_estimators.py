@@ -166,7 +166,7 @@ def test_flags():
     assert having("turn_level") == {"mt_grpo", "turn_ppo"}
     assert having("turn_groups") == {"mt_grpo"}
     assert having("value_positions") == {"turn_ppo"}
-    assert having("kl_reward") == {"ppo", "reinforce_pp"}
+    assert having("kl_reward") == {"ppo", "reinforce_pp", "turn_ppo"}
     assert having("task_buckets") == {"trr_pp"}
     assert having("needs_groups") == {
         "grpo",

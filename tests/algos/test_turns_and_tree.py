@@ -21,6 +21,7 @@ from agentic_rl.algos.turns import (
     turn_group_advantages,
     turn_slots,
     turn_start_mask,
+    turn_sums,
     turn_to_token_advantages,
     turn_values,
 )
@@ -63,6 +64,13 @@ def test_last_turn_rewards_are_the_outcome_apart_from_earlier_turns() -> None:
     # row 0: its second turn's 0.0; row 1: its third turn's 2.0; row 2 has no turn: its reward
     out = last_turn_rewards(turn_rewards, num_turns, rewards)
     assert out.tolist() == [0.0, 2.0, 7.0]
+
+
+def test_turn_sums_add_each_turns_tokens() -> None:
+    x = torch.tensor([[0.5, 0.1, 0.2, 9.0, 0.3], [1.0, 2.0, 0.0, 0.0, 0.0]])
+    ids = torch.tensor([[-1, 0, 0, -1, 1], [0, 0, -1, -1, -1]])
+    # row 0: turn 0 = 0.1 + 0.2, turn 1 = 0.3 (the -1 tokens 0.5 and 9.0 count nowhere)
+    assert torch.allclose(turn_sums(x, ids, 3), torch.tensor([[0.3, 0.3, 0.0], [3.0, 0, 0]]))
 
 
 def test_turn_gae_by_hand() -> None:

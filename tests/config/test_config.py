@@ -74,7 +74,7 @@ def test_invalid_values_fail_at_load(override, message):
 def test_settings_that_would_do_nothing_are_errors():
     with pytest.raises(ConfigError, match="kl_in_reward=true does nothing"):
         load_config(None, ["algo.kl_in_reward=true"])
-    with pytest.raises(ConfigError, match="token-level estimator"):
+    with pytest.raises(ConfigError, match="needs an estimator that takes the KL as a reward"):
         load_config(None, ["algo.kl_in_reward=true", "algo.kl_coef=0.1"])
     with pytest.raises(ConfigError, match="group_size must be >= 2"):
         load_config(None, ["rollout.group_size=1"])

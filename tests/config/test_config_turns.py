@@ -33,8 +33,8 @@ from agentic_rl.config.parse import ConfigError
         (["algo.name=mt_grpo", "algo.lam=0.9"], "algo.lam is set but does nothing"),
         (["algo.name=mt_grpo", "algo.gamma=0.9"], "algo.gamma is set but does nothing"),
         (
-            ["algo.name=turn_ppo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"],
-            "algo.kl_in_reward needs a token-level estimator",
+            ["algo.name=mt_grpo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"],
+            "algo.kl_in_reward needs an estimator that takes the KL as a reward",
         ),
         (["algo.name=mt_grpo", "algo.policy_loss=gspo"], "needs one advantage per sequence"),
     ],
@@ -51,3 +51,5 @@ def test_turn_estimators_load():
     assert cfg.algo.mt_grpo_outcome == "last_turn"
     cfg = load_config(None, ["algo.name=turn_ppo", "algo.gamma=0.99", "algo.lam=0.9"])
     assert (cfg.algo.gamma, cfg.algo.lam) == (0.99, 0.9)
+    cfg = load_config(None, ["algo.name=turn_ppo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"])
+    assert cfg.algo.kl_in_reward

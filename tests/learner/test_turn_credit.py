@@ -160,6 +160,22 @@ def test_turn_ppo_advantages_and_targets_by_hand():
     assert batch.value_mask.tolist() == [[0, 0, 1, 0, 0, 1, 0]]
 
 
+def test_turn_ppo_takes_the_kl_as_each_turns_reward():
+    batch = turn_ppo_batch()
+    batch.old_values = torch.tensor([[0.0, 0.0, 0.2, 9.0, 0.0, 0.6, -9.0]])
+    # k1 KL = pi_old - pi_ref per token: turn 0's tokens 0.1 + 0.1, turn 1's 0.2 + 0.0; the
+    # observation's 5.0 is off the mask
+    batch.ref_logprobs = batch.old_logprobs - torch.tensor([[0, 0, 0.1, 0.1, 5.0, 0.2, 0.0]])
+    algo = AlgoConfig(
+        name="turn_ppo", gamma=0.9, lam=0.5, kl_coef=0.5, kl_in_reward=True, kl_estimator="k1"
+    )
+    compute_advantages(batch, algo)
+    # turn rewards 0.5 - 0.5 x 0.2 = 0.4 and 1.0 - 0.5 x 0.2 = 0.9: delta_1 = 0.9 - 0.6 = 0.3,
+    # A_1 = 0.3; delta_0 = 0.4 + 0.9 x 0.6 - 0.2 = 0.74, A_0 = 0.74 + 0.45 x 0.3 = 0.875;
+    # returns A + V = (1.075, 0.9)
+    torch.testing.assert_close(batch.returns, torch.tensor([[0, 0, 1.075, 0, 0, 0.9, 0]]))
+
+
 def test_turn_ppo_trains_the_critic_on_turn_returns_at_turn_starts(tiny):
     torch.manual_seed(0)
     batch = collate(

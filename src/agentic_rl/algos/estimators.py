@@ -48,6 +48,7 @@ from agentic_rl.algos.turns import (
     turn_group_advantages,
     turn_slots,
     turn_start_mask,
+    turn_sums,
     turn_to_token_advantages,
     turn_values,
 )
@@ -136,7 +137,8 @@ class Estimator:
     needs_value_head: bool = False
     """GAE with a critic: the trainer creates a value head and fills the old values."""
     kl_reward: bool = False
-    """Takes the KL as a per-token reward penalty: algo.kl_in_reward is allowed."""
+    """Takes the KL as a reward penalty, per token (ppo, reinforce_pp) or summed over each turn
+    (turn_ppo): algo.kl_in_reward is allowed."""
     task_buckets: bool = False
     """Normalises within (task type x role) buckets read from algo.trr_type_field /
     algo.trr_role_field."""
@@ -295,11 +297,14 @@ def _turn_ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """Turn-PPO: a turn-level critic. V_k is the critic's value at turn k's first trained token
     (the state before the turn), GAE runs over the turns with algo.gamma / algo.lam, every
     token of turn k takes A_k (whitened over the trained tokens, as ppo's), and the critic's
-    target R_k = A_k + V_k sits on that first token only (`value_positions`)."""
+    target R_k = A_k + V_k sits on that first token only (`value_positions`). With the KL in
+    the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens."""
     if x.values is None:
         raise ValueError("turn_ppo needs old values: run the value head before the advantages")
     turn_ids, turn_rewards, num_turns = _turns(x, "turn_ppo")
     width = turn_rewards.shape[1]
+    if x.kl is not None:  # algo.kl_in_reward: each turn pays the KL of its tokens
+        turn_rewards = turn_rewards - x.kl_coef * turn_sums(x.kl * x.mask, turn_ids, width)
     starts = turn_start_mask(turn_ids, x.mask)
     values = turn_values(x.values, turn_ids, starts, width)
     adv, returns = turn_gae(
@@ -336,6 +341,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
         _turn_ppo,
         sequence_level=False,
         needs_value_head=True,
+        kl_reward=True,
         discounted=True,
         turn_level=True,
         value_positions=_turn_start_positions,

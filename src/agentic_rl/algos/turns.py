@@ -130,6 +130,21 @@ def turn_gae(
     return adv, torch.where(present, adv + v, 0)
 
 
+def turn_sums(token_values: Tensor, turn_ids: Tensor, width: int) -> Tensor:
+    """Each turn's sum of a per-token quantity: ``S_{b,k} = sum_{t: turn_ids[b,t] = k} x_{b,t}``
+    (tokens of no turn, ``-1``, count nowhere). Turn-PPO with the KL in the reward subtracts
+    ``kl_coef * S`` of the per-token KL from each turn's reward, as token-level PPO subtracts it
+    from each token's.
+
+    Shapes: ``token_values`` ``[B, T]`` (0 off the mask), ``turn_ids`` ``[B, T]`` long ->
+    ``[B, width]``.
+    """
+    x = token_values.detach().float()
+    on = turn_ids >= 0
+    out = torch.zeros((x.shape[0], width), dtype=x.dtype, device=x.device)
+    return out.scatter_add(1, turn_ids.clamp_min(0), torch.where(on, x, 0))
+
+
 def turn_to_token_advantages(turn_adv: Tensor, turn_ids: Tensor, mask: Tensor) -> Tensor:
     """Give every token of turn ``k`` the turn's advantage ``A_k``.
 

@@ -223,8 +223,8 @@ def _validate_ppo_terms(cfg: Config, explicit: Collection[str] = ()) -> None:
     estimator = _estimator(cfg)
     if algo.kl_in_reward and not estimator.kl_reward:
         raise ConfigError(
-            f"algo.kl_in_reward needs a token-level estimator that takes the KL as a per-token "
-            f"reward ({_names(lambda e: e.kl_reward)}), not algo.name={algo.name}; use the KL "
+            f"algo.kl_in_reward needs an estimator that takes the KL as a reward, per token or "
+            f"per turn ({_names(lambda e: e.kl_reward)}), not algo.name={algo.name}; use the KL "
             "loss term instead"
         )
     if not estimator.needs_value_head:
