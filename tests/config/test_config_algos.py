@@ -28,7 +28,7 @@ STEP = ["rollout.mode=step"]
         (["gigpo.gamma=1.5"], "gigpo.gamma must be in"),
         (["rollout.history_window=3"], "rollout.history_window is set but does nothing"),
         (["rollout.mode=tree"], "rollout.mode: 'tree'"),
-        ([*STEP, "algo.name=ppo"], "rollout.mode=step needs an episode-level estimator"),
+        ([*STEP, "algo.name=ppo"], "rollout.mode=step needs an estimator that credits the samples"),
         ([*STEP, "rollout.history_window=-1"], "rollout.history_window must be >= 0"),
         (["filters.max_gen_batches=0"], "filters.max_gen_batches must be >= 1"),
         (["filters.max_gen_batches=5"], "filters.max_gen_batches is set but does nothing"),

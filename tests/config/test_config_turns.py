@@ -19,11 +19,13 @@ from agentic_rl.config.parse import ConfigError
         (["algo.mt_grpo_outcome=last_turn"], "algo.mt_grpo_outcome is set but does nothing"),
         (["algo.name=mt_grpo", "algo.mt_grpo_outcome=final"], "must be one of episode, last_"),
         (["algo.name=mt_grpo", "rollout.max_turns=1"], "rollout.max_turns=1 leaves no such turn"),
-        (["algo.name=mt_grpo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
-        (["algo.name=turn_ppo", "rollout.mode=step"], "rollout.mode=step splits episodes"),
+        (
+            ["algo.name=mt_grpo", "--recipe=memagent"],
+            "rollout.mode=memory splits episodes into rows whose turns it cannot order",
+        ),
         (
             ["algo.name=turn_ppo", "rollout.context_budget=300"],
-            "rollout.context_budget=300 splits episodes",
+            "rollout.context_budget=300 splits episodes into rows",
         ),
         (
             ["algo.name=mt_grpo", "rollout.train_on_observations=true"],
@@ -40,8 +42,10 @@ from agentic_rl.config.parse import ConfigError
     ],
 )
 def test_turn_settings_that_cannot_act_fail_at_load(overrides, message):
+    recipe = [o.split("=")[1] for o in overrides if o.startswith("--recipe=")]
+    rest = [o for o in overrides if not o.startswith("--recipe=")]
     with pytest.raises(ConfigError, match=message):
-        load_config(None, overrides)
+        load_config(recipe[0] if recipe else None, rest)
 
 
 def test_turn_estimators_load():
@@ -53,3 +57,7 @@ def test_turn_estimators_load():
     assert (cfg.algo.gamma, cfg.algo.lam) == (0.99, 0.9)
     cfg = load_config(None, ["algo.name=turn_ppo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"])
     assert cfg.algo.kl_in_reward
+    # step mode: each step a row, the turns read over the episode's rows
+    for name in ("mt_grpo", "turn_ppo"):
+        cfg = load_config("gigpo_gridworld", [f"algo.name={name}"])
+        assert cfg.rollout.mode == "step" and cfg.algo.name == name

@@ -13,7 +13,7 @@ import torch
 from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.load import load_config
 from agentic_rl.learner.advantages import compute_advantages
-from agentic_rl.learner.batch import collate, turn_tensors
+from agentic_rl.learner.batch import collate, collate_episodes, step_turn_tensors, turn_tensors
 from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.load import ValueHead
 from agentic_rl.types import Trajectory
@@ -205,3 +205,86 @@ def test_turn_ppo_trains_the_critic_on_turn_returns_at_turn_starts(tiny):
     # a critic trained on every token's (zero) target would give another loss
     everywhere = 0.5 * ((values - batch.returns)[batch.loss_mask > 0] ** 2).mean()
     assert abs(float(everywhere) - float(hand)) > 1e-3
+
+
+def as_steps(t: Trajectory) -> list[Trajectory]:
+    """A hand-made episode (`episode`) cut into step-mode rows: step k's row is the prompt, the
+    earlier turns and observations as context (mask 0), then turn k; its step reward r_k, the
+    episode's reward on every row (as rollout/stepwise.py gives them)."""
+    rows = []
+    for k, (start, end) in enumerate(t.turn_spans):
+        mask = [0] * start + t.loss_mask[start:end]
+        rows.append(
+            Trajectory(
+                token_ids=t.token_ids[:end],
+                loss_mask=mask,
+                logprobs=[lp * m for lp, m in zip(t.logprobs[:end], mask, strict=True)],
+                prompt_length=start,
+                turn_spans=[(start, end)],
+                step_rewards=[t.step_rewards[k]],
+                reward=t.reward,
+                group_id=t.group_id,
+            )
+        )
+    return rows
+
+
+def test_step_turn_tensors_by_hand():
+    e = episode([[1, 1], [1]], [0.5, 1.0], "g", reward=2.0)  # tokens: prompt 0-1, turn 0 at 2-3,
+    # observation 4, turn 1 at 5
+    ids, rewards, turns = step_turn_tensors([as_steps(e)], width=6)
+    assert ids.tolist() == [[-1, -1, 0, 0, -1, -1], [-1, -1, -1, -1, -1, 1]]
+    assert rewards.tolist() == [[0.5, 1.5], [0.5, 1.5]]  # the leftover 0.5 on the last step
+    assert turns.tolist() == [2, 2]
+    batch = collate_episodes([as_steps(e)], pad_token_id=0, steps_as_turns=True)
+    assert batch.episode_turns and torch.equal(batch.turn_ids, ids)
+    assert not collate_episodes([as_steps(e)], pad_token_id=0).episode_turns
+
+
+def step_advantages_by_turn(batch, rows_of, episodes):
+    """Each turn's advantages, read from the step rows, laid out as in the episode rows."""
+    out = torch.zeros(len(episodes), max(len(e.token_ids) for e in episodes))
+    for e, t in enumerate(episodes):
+        for k, (start, end) in enumerate(t.turn_spans):
+            out[e, start:end] = batch.advantages[rows_of[e][k], start:end]
+    return out
+
+
+def test_step_mode_turn_credit_equals_episode_mode_on_the_same_episodes():
+    # MT-GRPO (with and without the outcome-only reward) and Turn-PPO give every turn the same
+    # advantage whether an episode is one row or one row a step
+    episodes = [
+        episode([[1, 1], [1, 0]], [1.0, 1.0], "g"),
+        episode([[1], [1], [1, 1]], [0.0, 0.5, 0.5], "g"),
+        episode([[1, 1]], [0.0], "g"),
+        episode([[1], [1]], [0.3, 0.0], "g", reward=1.0),
+    ]
+    steps = [as_steps(e) for e in episodes]
+    rows_of, i = [], 0
+    for rows in steps:
+        rows_of.append(list(range(i, i + len(rows))))
+        i += len(rows)
+    for algo in (
+        AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5),
+        AlgoConfig(name="mt_grpo", mt_grpo_outcome="last_turn"),
+        AlgoConfig(name="turn_ppo", gamma=0.9, lam=0.5),
+    ):
+        whole = collate(episodes, pad_token_id=0)
+        split = collate_episodes(steps, pad_token_id=0, steps_as_turns=True)
+        if algo.name == "turn_ppo":  # V = 0.1 x (turn index + 1) at each turn's first token
+            whole.old_values = torch.zeros(whole.input_ids.shape)
+            split.old_values = torch.zeros(split.input_ids.shape)
+            for e, t in enumerate(episodes):
+                for k, (start, _) in enumerate(t.turn_spans):
+                    whole.old_values[e, start] = split.old_values[rows_of[e][k], start] = 0.1 * (
+                        k + 1
+                    )
+        compute_advantages(whole, algo)
+        compute_advantages(split, algo)
+        assert whole.advantages.abs().sum() > 0
+        by_turn = step_advantages_by_turn(split, rows_of, episodes)
+        torch.testing.assert_close(
+            by_turn, whole.advantages[:, : by_turn.shape[1]], atol=1e-5, rtol=0
+        )
+        if algo.name == "turn_ppo":  # the critic's targets sit on each step row's turn start
+            assert split.value_mask.sum() == whole.value_mask.sum() == 8

@@ -18,8 +18,9 @@ from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
 from agentic_rl.envs.games.gridworld import MOVES, SIZE, GridWorldEnv, inside, shortest_path
 from agentic_rl.learner.advantages import compute_advantages
-from agentic_rl.learner.batch import collate_episodes
+from agentic_rl.learner.batch import Episodes, collate_episodes
 from agentic_rl.logging import read_metrics
+from agentic_rl.train.batch import prepare_batch
 from agentic_rl.train.collect import play
 from agentic_rl.train.setup import build
 
@@ -65,8 +66,11 @@ def played_group(overrides, scripted):
     setup = build(cfg)
     task = next(t for t in setup.train_tasks if has_away_move(t))
     episodes = play(setup, [task] * 4, ["g"] * 4, scripted(detour_then_expert), seed=0)
-    batch = collate_episodes(episodes, setup.tokenizer.pad_token_id)
-    compute_advantages(batch, cfg.algo)
+    if cfg.rollout.mode == "step":  # the trainer's path: the turns read over each episode's rows
+        batch = prepare_batch(setup, Episodes(episodes, [task] * 4))
+    else:
+        batch = collate_episodes(episodes, setup.tokenizer.pad_token_id)
+        compute_advantages(batch, cfg.algo)
     return cfg, episodes, batch
 
 
@@ -84,6 +88,11 @@ def test_smoke_trains(tmp_path):
     for row in rows:  # one row per episode, its turns credited within it
         assert row["train/samples"] == row["train/episodes"]
         assert row["train/turns"] > 1
+    # step mode (one row a move) and the turn-level critic train too
+    step = ["rollout.mode=step", "algo.name=turn_ppo", "trainer.run_name=steps"]
+    assert main(["train", "mt_grpo_gridworld", *SMOKE, *out[:1], *step, "--smoke"]) == 0
+    rows = [r for r in read_metrics(tmp_path / "steps" / "metrics.jsonl") if "train/reward" in r]
+    assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)
 
 
 def test_turn_advantage_pays_the_move_toward_the_goal(scripted):
@@ -105,6 +114,24 @@ def test_turn_advantage_pays_the_move_toward_the_goal(scripted):
     # A^T = [1.5, -0.5, -0.5, -0.5], added to the outcome advantage on the first turn.
     assert expert_first == pytest.approx(outcome + 1.5, abs=1e-4)
     assert detour_first == pytest.approx(outcome - 0.5, abs=1e-4)
+
+
+def test_in_step_mode_each_step_row_gets_its_turns_credit(scripted):
+    # rollout.mode=step: one row a move, each conditioned on the recent moves only; the expert's
+    # and the detour's first-move rows get the same hand-computed advantages as in episode mode
+    cfg, episodes, batch = played_group(["rollout.mode=step", "rollout.history_window=2"], scripted)
+    assert cfg.rollout.mode == "step" and batch.episode_turns
+    expert, detour = episodes[0], episodes[1]
+    assert len(expert) > 1 and len(batch) == sum(len(e) for e in episodes)
+    first = {0: 0, 1: len(expert)}  # the first row of each
+    last = len(expert) - 1
+    adv = {r: batch.advantages[r][batch.loss_mask[r].bool()] for r in (0, last, first[1])}
+    for values in adv.values():
+        assert torch.allclose(values, values[0])
+    outcome = float(adv[last][0])
+    assert outcome > 0
+    assert float(adv[0][0]) == pytest.approx(outcome + 1.5, abs=1e-4)
+    assert float(adv[first[1]][0]) == pytest.approx(outcome - 0.5, abs=1e-4)
 
 
 def test_without_turn_rewards_or_with_grpo_the_first_moves_are_not_told_apart(scripted):

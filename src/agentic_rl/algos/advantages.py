@@ -201,6 +201,20 @@ def whiten_advantages(adv: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     return masked_whiten(adv.detach(), mask, eps)
 
 
+def episode_rows(episode_index: Tensor) -> tuple[Tensor, Tensor]:
+    """The episodes of a batch whose episodes may span several rows (step mode, memory
+    conversations, context segments): ``inverse`` ``[N]``, each row's episode numbered
+    ``0..E-1`` in order of first appearance's index value, and ``first`` ``[E]``, each episode's
+    first row. E.g. ``[4, 4, 7, 4]`` -> ``([0, 0, 1, 0], [0, 2])``.
+    Shapes: ``episode_index`` ``[N]`` long -> ``([N], [E])``.
+    """
+    _, inverse = torch.unique(episode_index, return_inverse=True)
+    n = episode_index.shape[0]
+    rows = torch.arange(n, device=inverse.device)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.long, device=inverse.device)
+    return inverse, first.scatter_reduce(0, inverse, rows, "amin")
+
+
 def multi_conversation_advantages(
     sample_advantages: Tensor, conversation_sample_index: Tensor
 ) -> Tensor:

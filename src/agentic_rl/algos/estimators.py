@@ -22,6 +22,7 @@ from torch import Tensor
 
 from agentic_rl.algos.advantages import (
     dr_grpo_advantages,
+    episode_rows,
     gae_advantages,
     grpo_advantages,
     multi_conversation_advantages,
@@ -147,9 +148,10 @@ class Estimator:
     discounted: bool = False
     """Discounts its token returns by algo.gamma (GAE, REINFORCE++): algo.gamma acts."""
     turn_level: bool = False
-    """Credits each model turn of an episode's row on its own, from the turn structure
+    """Credits each model turn of an episode on its own, from the turn structure
     (TrainBatch.turn_ids / turn_rewards / num_turns): needs rollout.mode=episode (one row per
-    episode, every turn in it)."""
+    episode, every turn in it) or step (one row a turn, the episode's table on each:
+    learner/batch.py step_turn_tensors)."""
     turn_groups: bool = False
     """Normalises each turn index's step rewards over the group (MT-GRPO): algo.
     turn_advantage_coef acts; the turns before the last carry it, so episodes need more than
@@ -174,10 +176,7 @@ def _per_episode(estimate: Callable[[Tensor, Tensor], Tensor], x: AdvantageInput
     if x.agent_ids is not None:  # algo.role_groups: (task group x role) buckets
         per_row = role_group_advantages(x.rewards, x.group_ids, x.agent_ids, index, estimate)
         return outcome_to_token_advantages(per_row, x.mask)
-    _, inverse = torch.unique(index, return_inverse=True)
-    rows = torch.arange(n, device=inverse.device)
-    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.long, device=inverse.device)
-    first = first.scatter_reduce(0, inverse, rows, "amin")
+    inverse, first = episode_rows(index)
     episode_adv = estimate(x.rewards[first], x.group_ids[first])
     return outcome_to_token_advantages(multi_conversation_advantages(episode_adv, inverse), x.mask)
 
@@ -272,18 +271,36 @@ def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
     return x.turn_ids, x.turn_rewards, x.num_turns
 
 
+def _episodes(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    """Each row's episode and each episode's first row (`episode_rows`); every row is its own
+    episode without `episode_index`. In step mode an episode's rows carry its whole turn table
+    (learner/batch.py `step_turn_tensors`), so the turn estimators read it once, from the
+    first row, and hand each row its own turn's credit."""
+    n = x.rewards.shape[0]
+    return episode_rows(x.episode_index if x.episode_index is not None else torch.arange(n))
+
+
 def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
     """MT-GRPO: GRPO's outcome advantage on every token, plus turn_coef x the group-normalised
     step reward of its turn on the turns before the last (the last turn's reward is part of
     the outcome). The outcome is the episode reward, or with `outcome_only` the last turn's
-    reward alone (`last_turn_rewards`)."""
+    reward alone (`last_turn_rewards`). Computed over episodes (each once, `_episodes`)."""
     turn_ids, turn_rewards, num_turns = _turns(x, "mt_grpo")
-    earlier = turn_slots(num_turns - 1, turn_rewards.shape[1])
-    turn_adv = turn_group_advantages(turn_rewards, earlier, x.group_ids)
-    rewards = last_turn_rewards(turn_rewards, num_turns, x.rewards) if x.outcome_only else x.rewards
-    outcome = grpo_advantages(rewards, x.group_ids)
+    inverse, first = _episodes(x)
+    table, turns, groups = turn_rewards[first], num_turns[first], x.group_ids[first]
+    earlier = turn_slots(turns - 1, table.shape[1])
+    turn_adv = turn_group_advantages(table, earlier, groups)
+    rewards = x.rewards[first]
+    if x.outcome_only:
+        rewards = last_turn_rewards(table, turns, rewards)
+    outcome = grpo_advantages(rewards, groups)
     adv = mt_grpo_token_advantages(
-        outcome, turn_adv, turn_ids, x.mask, num_turns - 1, turn_coef=x.turn_coef
+        outcome[inverse],
+        turn_adv[inverse],
+        turn_ids,
+        x.mask,
+        turns[inverse] - 1,
+        turn_coef=x.turn_coef,
     )
     return adv, None
 
@@ -298,20 +315,29 @@ def _turn_ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
     (the state before the turn), GAE runs over the turns with algo.gamma / algo.lam, every
     token of turn k takes A_k (whitened over the trained tokens, as ppo's), and the critic's
     target R_k = A_k + V_k sits on that first token only (`value_positions`). With the KL in
-    the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens."""
+    the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens. Over episodes:
+    in step mode turn k's value and KL come from the episode's row k (`_episodes`)."""
     if x.values is None:
         raise ValueError("turn_ppo needs old values: run the value head before the advantages")
     turn_ids, turn_rewards, num_turns = _turns(x, "turn_ppo")
     width = turn_rewards.shape[1]
+    inverse, first = _episodes(x)
+    table = turn_rewards[first]
+
+    def per_episode(per_row: Tensor) -> Tensor:  # [N, K] -> [E, K]: each turn's row adds its own
+        return per_row.new_zeros(table.shape).index_add(0, inverse, per_row)
+
     if x.kl is not None:  # algo.kl_in_reward: each turn pays the KL of its tokens
-        turn_rewards = turn_rewards - x.kl_coef * turn_sums(x.kl * x.mask, turn_ids, width)
+        table = table - x.kl_coef * per_episode(turn_sums(x.kl * x.mask, turn_ids, width))
     starts = turn_start_mask(turn_ids, x.mask)
-    values = turn_values(x.values, turn_ids, starts, width)
+    values = per_episode(turn_values(x.values, turn_ids, starts, width))
     adv, returns = turn_gae(
-        turn_rewards, values, turn_slots(num_turns, width), gamma=x.gamma, lam=x.lam
+        table, values, turn_slots(num_turns[first], width), gamma=x.gamma, lam=x.lam
     )
-    token_adv = whiten_advantages(turn_to_token_advantages(adv, turn_ids, x.mask), x.mask)
-    return token_adv, turn_to_token_advantages(returns, turn_ids, starts)
+    token_adv = turn_to_token_advantages(adv[inverse], turn_ids, x.mask)
+    return whiten_advantages(token_adv, x.mask), turn_to_token_advantages(
+        returns[inverse], turn_ids, starts
+    )
 
 
 # `algo.name`.

@@ -368,11 +368,11 @@ def _validate_step_mode(cfg: Config) -> None:
         return
     if rollout.mode == "memory":
         validate_memory_mode(cfg)
-    if not (estimator.per_episode or estimator.step_wise):
-        names = _names(lambda e: e.per_episode or e.step_wise)
+    if not (estimator.per_episode or estimator.step_wise or estimator.turn_level):
+        names = _names(lambda e: e.per_episode or e.step_wise or e.turn_level)
         raise ConfigError(
-            f"rollout.mode={rollout.mode} needs an episode-level estimator to share across the "
-            f"samples of an episode; algo.name={algo.name} is not one of {names}"
+            f"rollout.mode={rollout.mode} needs an estimator that credits the samples of an "
+            f"episode together; algo.name={algo.name} is not one of {names}"
         )
 
 

@@ -25,8 +25,8 @@ def _names(flag: str) -> str:
 
 
 def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
-    """A turn-level estimator credits the turns of one row that holds a whole episode, so it
-    needs rollout.mode=episode without context segments; its turns must be the model's own
+    """A turn-level estimator credits the turns of an episode held in one row (episode mode)
+    or one row a step (step mode), so it refuses memory conversations and context segments; its turns must be the model's own
     tokens (observations belong to no turn); MT-GRPO's turn term needs a turn before the last.
     algo.turn_advantage_coef with another estimator does nothing."""
     algo, rollout = cfg.algo, cfg.rollout
@@ -55,16 +55,17 @@ def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
         )
     if not estimator.turn_level:
         return
-    if rollout.mode != "episode" or rollout.context_budget:
+    if rollout.mode not in ("episode", "step") or rollout.context_budget:
         where = (
             f"rollout.mode={rollout.mode}"
-            if rollout.mode != "episode"
+            if rollout.mode not in ("episode", "step")
             else f"rollout.context_budget={rollout.context_budget}"
         )
         raise ConfigError(
-            f"algo.name={algo.name} credits each turn of an episode within the episode's one "
-            f"training row; {where} splits episodes into several rows: use rollout.mode=episode "
-            "and rollout.context_budget=0"
+            f"algo.name={algo.name} credits each turn of an episode, read from the episode's "
+            f"one row (rollout.mode=episode) or from its steps, one row each (rollout.mode="
+            f"step); {where} splits episodes into rows whose turns it cannot order: use "
+            "rollout.mode=episode or step and rollout.context_budget=0"
         )
     if rollout.train_on_observations:
         raise ConfigError(

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from agentic_rl.algos.advantages import episode_rows
 from agentic_rl.algos.gigpo import step_advantages
 from agentic_rl.algos.turns import turn_group_advantages, turn_slots
 from agentic_rl.config.schema import Config
@@ -76,9 +77,13 @@ def advantage_metrics(batch: TrainBatch, gigpo_norm: str = "mean_std_norm") -> d
         # MT-GRPO's turn signal: the share of turns before an episode's last whose step reward
         # differs from the group's at that turn index (a non-zero turn advantage), whatever the
         # estimator; only for batches with such turns (multi-turn episode rows)
-        earlier = turn_slots(batch.num_turns - 1, batch.turn_rewards.shape[1])
+        turns, table, groups = batch.num_turns, batch.turn_rewards, batch.group_ids
+        if batch.episode_turns and batch.episode_index is not None:  # each episode once
+            _, first = episode_rows(batch.episode_index)
+            turns, table, groups = turns[first], table[first], groups[first]
+        earlier = turn_slots(turns - 1, table.shape[1])
         if earlier.any():
-            turn_adv = turn_group_advantages(batch.turn_rewards, earlier, batch.group_ids)
+            turn_adv = turn_group_advantages(table, earlier, groups)
             metrics["turn_adv_nonzero"] = float((turn_adv[earlier] != 0).float().mean())
     return metrics
 
