@@ -122,7 +122,7 @@ def test_in_step_mode_each_step_row_gets_its_turns_credit(scripted):
     cfg, episodes, batch = played_group(["rollout.mode=step", "rollout.history_window=2"], scripted)
     assert cfg.rollout.mode == "step" and batch.episode_turns
     expert, detour = episodes[0], episodes[1]
-    assert len(expert) > 1 and len(batch) == sum(len(e) for e in episodes)
+    assert len(expert) > 1 and len(detour) > 1 and len(batch) == sum(len(e) for e in episodes)
     first = {0: 0, 1: len(expert)}  # the first row of each
     last = len(expert) - 1
     adv = {r: batch.advantages[r][batch.loss_mask[r].bool()] for r in (0, last, first[1])}
