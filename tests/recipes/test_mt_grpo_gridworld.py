@@ -88,8 +88,9 @@ def test_smoke_trains(tmp_path):
     for row in rows:  # one row per episode, its turns credited within it
         assert row["train/samples"] == row["train/episodes"]
         assert row["train/turns"] > 1
-    # step mode (one row a move) and the turn-level critic train too
-    step = ["rollout.mode=step", "algo.name=turn_ppo", "trainer.run_name=steps"]
+    # step mode (one row a move), the turn-level critic and the turn-level ratio train too
+    step = ["rollout.mode=step", "algo.name=turn_ppo", "algo.policy_loss=turn"]
+    step += ["trainer.run_name=steps"]
     assert main(["train", "mt_grpo_gridworld", *SMOKE, *out[:1], *step, "--smoke"]) == 0
     rows = [r for r in read_metrics(tmp_path / "steps" / "metrics.jsonl") if "train/reward" in r]
     assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)
