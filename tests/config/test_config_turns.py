@@ -20,12 +20,12 @@ from agentic_rl.config.parse import ConfigError
         (["algo.name=mt_grpo", "algo.mt_grpo_outcome=final"], "must be one of episode, last_"),
         (["algo.name=mt_grpo", "rollout.max_turns=1"], "rollout.max_turns=1 leaves no such turn"),
         (
-            ["algo.name=mt_grpo", "--recipe=memagent"],
-            "rollout.mode=memory splits episodes into rows whose turns it cannot order",
+            ["algo.name=mt_grpo", "--recipe=planner_executor"],
+            "interleaves the turns of several agents",
         ),
         (
-            ["algo.name=turn_ppo", "rollout.context_budget=300"],
-            "rollout.context_budget=300 splits episodes into rows",
+            ["algo.name=turn_ppo", "--recipe=debate", "rollout.group_size=2"],
+            "interleaves the turns of several agents",
         ),
         (
             ["algo.name=mt_grpo", "rollout.train_on_observations=true"],
@@ -57,7 +57,11 @@ def test_turn_estimators_load():
     assert (cfg.algo.gamma, cfg.algo.lam) == (0.99, 0.9)
     cfg = load_config(None, ["algo.name=turn_ppo", "algo.kl_coef=0.01", "algo.kl_in_reward=true"])
     assert cfg.algo.kl_in_reward
-    # step mode: each step a row, the turns read over the episode's rows
+    # rows that cut an episode's turns: steps, memory conversations, context segments
     for name in ("mt_grpo", "turn_ppo"):
         cfg = load_config("gigpo_gridworld", [f"algo.name={name}"])
         assert cfg.rollout.mode == "step" and cfg.algo.name == name
+        cfg = load_config("memagent", [f"algo.name={name}"])
+        assert cfg.rollout.mode == "memory" and cfg.algo.name == name
+        cfg = load_config(None, [f"algo.name={name}", "rollout.context_budget=300"])
+        assert cfg.rollout.context_budget == 300

@@ -8,12 +8,13 @@ from __future__ import annotations
 import copy
 import math
 
+import pytest
 import torch
 
 from agentic_rl.config.algo import AlgoConfig
 from agentic_rl.config.load import load_config
 from agentic_rl.learner.advantages import compute_advantages
-from agentic_rl.learner.batch import collate, collate_episodes, step_turn_tensors, turn_tensors
+from agentic_rl.learner.batch import collate, collate_episodes, episode_turn_tensors, turn_tensors
 from agentic_rl.learner.update import forward_no_grad, update
 from agentic_rl.model.load import ValueHead
 from agentic_rl.types import Trajectory
@@ -207,21 +208,26 @@ def test_turn_ppo_trains_the_critic_on_turn_returns_at_turn_starts(tiny):
     assert abs(float(everywhere) - float(hand)) > 1e-3
 
 
-def as_steps(t: Trajectory) -> list[Trajectory]:
-    """A hand-made episode (`episode`) cut into step-mode rows: step k's row is the prompt, the
-    earlier turns and observations as context (mask 0), then turn k; its step reward r_k, the
-    episode's reward on every row (as rollout/stepwise.py gives them)."""
+def as_rows(t: Trajectory, cuts: list[list[int]]) -> list[Trajectory]:
+    """A hand-made episode (`episode`) cut into rows, each holding the turns listed in `cuts`
+    (step mode: one a row; context segments: a few): a row is everything up to its last turn,
+    the earlier turns as context (mask 0), its own turns trained; their step rewards, the
+    episode's reward on every row (as rollout/stepwise.py and budgeted.py give them)."""
     rows = []
-    for k, (start, end) in enumerate(t.turn_spans):
-        mask = [0] * start + t.loss_mask[start:end]
+    for turns in cuts:
+        end = t.turn_spans[turns[-1]][1]
+        mask = [0] * end
+        for k in turns:
+            start, stop = t.turn_spans[k]
+            mask[start:stop] = t.loss_mask[start:stop]
         rows.append(
             Trajectory(
                 token_ids=t.token_ids[:end],
                 loss_mask=mask,
                 logprobs=[lp * m for lp, m in zip(t.logprobs[:end], mask, strict=True)],
-                prompt_length=start,
-                turn_spans=[(start, end)],
-                step_rewards=[t.step_rewards[k]],
+                prompt_length=t.turn_spans[turns[0]][0],
+                turn_spans=[t.turn_spans[k] for k in turns],
+                step_rewards=[t.step_rewards[k] for k in turns],
                 reward=t.reward,
                 group_id=t.group_id,
             )
@@ -229,14 +235,31 @@ def as_steps(t: Trajectory) -> list[Trajectory]:
     return rows
 
 
-def test_step_turn_tensors_by_hand():
+def as_steps(t: Trajectory) -> list[Trajectory]:
+    return as_rows(t, [[k] for k in range(len(t.turn_spans))])
+
+
+def as_segments(t: Trajectory) -> list[Trajectory]:
+    """The first two turns in one row, the rest in another (context segments)."""
+    k = len(t.turn_spans)
+    return as_rows(t, [list(range(min(k, 2))), *([list(range(2, k))] if k > 2 else [])])
+
+
+def test_episode_turn_tensors_of_segments_by_hand():
+    e = episode([[1], [1], [1, 1]], [0.0, 0.5, 0.5], "g")  # turns at 2, 4, 6-7
+    ids, rewards, turns = episode_turn_tensors([as_segments(e)], width=8)
+    assert ids.tolist() == [[-1, -1, 0, -1, 1, -1, -1, -1], [-1] * 6 + [2, 2]]
+    assert rewards.tolist() == [[0.0, 0.5, 0.5]] * 2 and turns.tolist() == [3, 3]
+
+
+def test_episode_turn_tensors_of_step_rows_by_hand():
     e = episode([[1, 1], [1]], [0.5, 1.0], "g", reward=2.0)  # tokens: prompt 0-1, turn 0 at 2-3,
     # observation 4, turn 1 at 5
-    ids, rewards, turns = step_turn_tensors([as_steps(e)], width=6)
+    ids, rewards, turns = episode_turn_tensors([as_steps(e)], width=6)
     assert ids.tolist() == [[-1, -1, 0, 0, -1, -1], [-1, -1, -1, -1, -1, 1]]
     assert rewards.tolist() == [[0.5, 1.5], [0.5, 1.5]]  # the leftover 0.5 on the last step
     assert turns.tolist() == [2, 2]
-    batch = collate_episodes([as_steps(e)], pad_token_id=0, steps_as_turns=True)
+    batch = collate_episodes([as_steps(e)], pad_token_id=0, episode_turns=True)
     assert batch.episode_turns and torch.equal(batch.turn_ids, ids)
     assert not collate_episodes([as_steps(e)], pad_token_id=0).episode_turns
 
@@ -250,27 +273,29 @@ def step_advantages_by_turn(batch, rows_of, episodes):
     return out
 
 
-def test_step_mode_turn_credit_equals_episode_mode_on_the_same_episodes():
+@pytest.mark.parametrize("cut", [as_steps, as_segments])
+def test_turn_credit_over_rows_equals_one_row_an_episode(cut):
     # MT-GRPO (with and without the outcome-only reward) and Turn-PPO give every turn the same
-    # advantage whether an episode is one row or one row a step
+    # advantage whether an episode is one row, one row a step or a few turns a row
     episodes = [
         episode([[1, 1], [1, 0]], [1.0, 1.0], "g"),
         episode([[1], [1], [1, 1]], [0.0, 0.5, 0.5], "g"),
         episode([[1, 1]], [0.0], "g"),
         episode([[1], [1]], [0.3, 0.0], "g", reward=1.0),
     ]
-    steps = [as_steps(e) for e in episodes]
-    rows_of, i = [], 0
+    steps = [cut(e) for e in episodes]
+    rows_of, i = [], 0  # the row that holds each turn of each episode
     for rows in steps:
-        rows_of.append(list(range(i, i + len(rows))))
+        rows_of.append([i + r for r, row in enumerate(rows) for _ in row.turn_spans])
         i += len(rows)
+    assert len(rows_of[1]) == len(episodes[1].turn_spans) == 3
     for algo in (
         AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5),
         AlgoConfig(name="mt_grpo", mt_grpo_outcome="last_turn"),
         AlgoConfig(name="turn_ppo", gamma=0.9, lam=0.5),
     ):
         whole = collate(episodes, pad_token_id=0)
-        split = collate_episodes(steps, pad_token_id=0, steps_as_turns=True)
+        split = collate_episodes(steps, pad_token_id=0, episode_turns=True)
         if algo.name == "turn_ppo":  # V = 0.1 x (turn index + 1) at each turn's first token
             whole.old_values = torch.zeros(whole.input_ids.shape)
             split.old_values = torch.zeros(split.input_ids.shape)
@@ -286,5 +311,5 @@ def test_step_mode_turn_credit_equals_episode_mode_on_the_same_episodes():
         torch.testing.assert_close(
             by_turn, whole.advantages[:, : by_turn.shape[1]], atol=1e-5, rtol=0
         )
-        if algo.name == "turn_ppo":  # the critic's targets sit on each step row's turn start
+        if algo.name == "turn_ppo":  # the critic's targets sit on each turn's start
             assert split.value_mask.sum() == whole.value_mask.sum() == 8

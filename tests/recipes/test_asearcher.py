@@ -70,3 +70,27 @@ def test_contexts_stay_within_the_budget_and_exceed_it_without(scripted):
     # GRPO over [1, 0]: +-(0.5 / std) = +-0.7071, on every segment of the episode
     expected = torch.tensor([0.7071, -0.7071, 0.7071, -0.7071])[batch.episode_index]
     assert torch.allclose(first, expected, atol=1e-4)
+
+
+def test_turn_credit_reads_the_segments_as_one_episode(scripted):
+    # MT-GRPO on the segmented episodes gives each turn the advantage it gets when the same
+    # episodes are one row each (the turns' rewards and order are read over the segments)
+    mt = ["algo.name=mt_grpo"]
+    setup, episodes, _ = rollout(scripted, mt)
+    plain_setup, plain, _ = rollout(scripted, [*mt, "rollout.context_budget=0"])
+    assert all(len(samples) > 1 for samples in episodes.samples)
+    cut = prepare_batch(setup, episodes)
+    whole = prepare_batch(plain_setup, plain)
+    assert cut.episode_turns and int(cut.num_turns[0]) == int(whole.num_turns[0]) > 1
+    assert whole.advantages.abs().sum() > 0
+    for e in range(len(episodes.samples)):
+        rows = (cut.episode_index == e).nonzero().flatten().tolist()
+        per_turn = {}
+        for row in rows:
+            for k in cut.turn_ids[row][cut.loss_mask[row] > 0].unique().tolist():
+                on = (cut.turn_ids[row] == k) & (cut.loss_mask[row] > 0)
+                per_turn[k] = cut.advantages[row][on]
+        for k, values in per_turn.items():
+            on = (whole.turn_ids[e] == k) & (whole.loss_mask[e] > 0)
+            torch.testing.assert_close(values, whole.advantages[e][on], atol=1e-5, rtol=0)
+        assert sorted(per_turn) == list(range(int(whole.num_turns[e])))

@@ -135,7 +135,10 @@ def test_a_prompt_longer_than_the_budget_is_an_error(tokenizer):
     ("overrides", "message"),
     [
         (["rollout.context_budget=300", "rollout.mode=step"], "rollout.mode=episode"),
-        (["rollout.context_budget=300", "algo.name=ppo"], "one of grpo, dr_grpo, rloo, not ppo"),
+        (
+            ["rollout.context_budget=300", "algo.name=ppo"],
+            "one of grpo, dr_grpo, rloo, mt_grpo, turn_ppo, not ppo",
+        ),
         (["rollout.context_budget=300", "rollout.context_target=400"], "exceeds"),
         (["rollout.context_target=100"], "does nothing"),
         (["rollout.context_budget=-1"], ">= 0"),

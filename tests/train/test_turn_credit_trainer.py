@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentic_rl.cli import main
 from agentic_rl.config.load import load_config
 from agentic_rl.learner.batch import Episodes
+from agentic_rl.logging import read_metrics
 from agentic_rl.train.batch import prepare_batch
 from agentic_rl.train.loop import update_policy
 from agentic_rl.train.setup import build, make_optimizer
@@ -92,3 +94,15 @@ def test_turn_ppo_reads_and_trains_its_critic_at_turn_starts(critic):
     assert any(
         not torch.equal(a, b) for a, b in zip(head, setup.value_head.parameters(), strict=True)
     )
+
+
+def test_memory_mode_turn_credit_trains(tmp_path):
+    # memagent: each chunk read is a conversation (a row) of the episode; Turn-PPO reads the
+    # episode's turns over them
+    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=mem", "algo.name=turn_ppo"]
+    assert (
+        main(["train", "memagent", "model.name=tiny", "trainer.progress=false", *out, "--smoke"])
+        == 0
+    )
+    rows = [r for r in read_metrics(tmp_path / "mem" / "metrics.jsonl") if "train/reward" in r]
+    assert rows and all(r["train/samples"] > r["train/episodes"] for r in rows)

@@ -150,8 +150,9 @@ class Estimator:
     turn_level: bool = False
     """Credits each model turn of an episode on its own, from the turn structure
     (TrainBatch.turn_ids / turn_rewards / num_turns): needs rollout.mode=episode (one row per
-    episode, every turn in it) or step (one row a turn, the episode's table on each:
-    learner/batch.py step_turn_tensors)."""
+    episode, every turn in it) or rows that cut an episode's turns (step mode, memory
+    conversations, context segments), each carrying the episode's table (learner/batch.py
+    episode_turn_tensors); not several agents' interleaved turns."""
     turn_groups: bool = False
     """Normalises each turn index's step rewards over the group (MT-GRPO): algo.
     turn_advantage_coef acts; the turns before the last carry it, so episodes need more than
@@ -273,9 +274,10 @@ def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
 
 def _episodes(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """Each row's episode and each episode's first row (`episode_rows`); every row is its own
-    episode without `episode_index`. In step mode an episode's rows carry its whole turn table
-    (learner/batch.py `step_turn_tensors`), so the turn estimators read it once, from the
-    first row, and hand each row its own turn's credit."""
+    episode without `episode_index`. Where an episode spans rows (step mode, memory
+    conversations, context segments) each carries the episode's whole turn table
+    (learner/batch.py `episode_turn_tensors`), so the turn estimators read it once, from the
+    first row, and hand each row its turns' credit."""
     n = x.rewards.shape[0]
     return episode_rows(x.episode_index if x.episode_index is not None else torch.arange(n))
 
@@ -316,7 +318,7 @@ def _turn_ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
     token of turn k takes A_k (whitened over the trained tokens, as ppo's), and the critic's
     target R_k = A_k + V_k sits on that first token only (`value_positions`). With the KL in
     the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens. Over episodes:
-    in step mode turn k's value and KL come from the episode's row k (`_episodes`)."""
+    turn k's value and KL come from the row that holds turn k (`_episodes`)."""
     if x.values is None:
         raise ValueError("turn_ppo needs old values: run the value head before the advantages")
     turn_ids, turn_rewards, num_turns = _turns(x, "turn_ppo")

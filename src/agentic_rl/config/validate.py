@@ -545,9 +545,10 @@ def _validate_context_budget(cfg: Config) -> None:
             f"rollout.context_target={rollout.context_target} exceeds "
             f"rollout.context_budget={rollout.context_budget}"
         )
-    if not _estimator(cfg).per_episode:
+    if not (_estimator(cfg).per_episode or _estimator(cfg).turn_level):
+        names = _names(lambda e: e.per_episode or e.turn_level)
         raise ConfigError(
             "rollout.context_budget trains a long episode as several segments that share the "
-            f"episode's advantage: algo.name must be one of {_names(lambda e: e.per_episode)}, "
+            f"episode's advantage or credit its turns: algo.name must be one of {names}, "
             f"not {cfg.algo.name}"
         )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.config.checks import _unused
 from agentic_rl.config.parse import ConfigError
+from agentic_rl.config.validate_roles import env_roles
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -25,8 +26,9 @@ def _names(flag: str) -> str:
 
 
 def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
-    """A turn-level estimator credits the turns of an episode held in one row (episode mode)
-    or one row a step (step mode), so it refuses memory conversations and context segments; its turns must be the model's own
+    """A turn-level estimator credits the turns of an episode by their index, in one row or cut
+    over several (steps, conversations, context segments), so it refuses an env that
+    interleaves several agents' turns; its turns must be the model's own
     tokens (observations belong to no turn); MT-GRPO's turn term needs a turn before the last.
     algo.turn_advantage_coef with another estimator does nothing."""
     algo, rollout = cfg.algo, cfg.rollout
@@ -55,17 +57,13 @@ def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
         )
     if not estimator.turn_level:
         return
-    if rollout.mode not in ("episode", "step") or rollout.context_budget:
-        where = (
-            f"rollout.mode={rollout.mode}"
-            if rollout.mode not in ("episode", "step")
-            else f"rollout.context_budget={rollout.context_budget}"
-        )
+    roles = env_roles(cfg.env.name, cfg.env.options)
+    if roles:
         raise ConfigError(
-            f"algo.name={algo.name} credits each turn of an episode, read from the episode's "
-            f"one row (rollout.mode=episode) or from its steps, one row each (rollout.mode="
-            f"step); {where} splits episodes into rows whose turns it cannot order: use "
-            "rollout.mode=episode or step and rollout.context_budget=0"
+            f"algo.name={algo.name} credits each turn of an episode by its index; env.name="
+            f"{cfg.env.name} interleaves the turns of several agents ({', '.join(roles)}), whose "
+            "turn k is one agent's in one episode and another's in the next: use a per-episode "
+            "estimator (grpo, with algo.role_groups for groups per role)"
         )
     if rollout.train_on_observations:
         raise ConfigError(

@@ -83,7 +83,7 @@ class TrainBatch:
     # row's reward beyond its step rewards is on its last turn, as on token_rewards)
     num_turns: torch.Tensor | None = None  # [N] long: the turns of each row (K = the most)
     episode_turns: bool = False  # the turn tensors describe each row's whole episode, turn ids
-    # counted over the episode (step mode with a turn-level estimator: step_turn_tensors)
+    # counted over the episode (a turn-level estimator: episode_turn_tensors)
     value_mask: torch.Tensor | None = None  # [N, T] where the critic is trained (turn_ppo: each
     # turn's first trained token); None = every loss-mask token
     tree_ids: torch.Tensor | None = None  # [N] long: the tree of each leaf (rollout.tree)
@@ -345,41 +345,41 @@ def unmask_observations(trajectory: Trajectory) -> Trajectory:
     return dataclasses.replace(trajectory, loss_mask=mask)
 
 
-def step_turn_tensors(
+def episode_turn_tensors(
     episodes: list[list[Trajectory]], width: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`turn_tensors` for step-mode episodes, whose step t is a row of its own: the turn
-    structure of the whole episode, on each of its rows.
+    """`turn_tensors` for episodes whose turns are spread over several rows (step mode: one
+    turn a row; memory mode: one conversation a row; context-budget segments: a few turns a
+    row): the turn structure of the whole episode, on each of its rows.
 
-    Row (episode e, step t): its turn's tokens get turn id t (the turn's index in the episode,
-    not in the row), its turn rewards are the episode's [r_0, ..., r_{K-1}] (each step's
-    `step_rewards[0]`; the episode's reward beyond their sum on the last step, as
-    `turn_tensors` does) and its turn count K, the episode's steps. The turn-level estimators
-    then read each episode once (its first row) and each row's turn by its id
-    (algos/estimators.py). E.g. an episode of steps with rewards 0.5 and 1 and reward 2:
-    rows' ids [.., 0, 0] and [.., 1], rewards [0.5, 1.5] on both, 2 turns each.
-    -> turn_ids [N, width] long (-1 off the row's turn), turn_rewards [N, K], num_turns [N]."""
+    The episode's turns are its samples' `turn_spans` in order; the j-th of them, wherever it
+    sits, gets turn id j on its tokens (its index in the episode, not in the row). Every row of
+    the episode holds the episode's turn rewards [r_0, ..., r_{K-1}] (each sample's
+    `step_rewards`, one per span; the episode's reward beyond their sum on the last turn, as
+    `turn_tensors` does) and its turn count K. The turn-level estimators then read each
+    episode once (its first row) and each row's turns by their ids (algos/estimators.py). With
+    one sample an episode this is `turn_tensors`. E.g. step rows with rewards 0.5 and 1 and an
+    episode reward of 2: ids [.., 0, 0] and [.., 1], rewards [0.5, 1.5] on both, 2 turns each.
+    -> turn_ids [N, width] long (-1 off turns), turn_rewards [N, K], num_turns [N]."""
     rows = [s for samples in episodes for s in samples]
-    most = max([1, *(len(samples) for samples in episodes)])
+    counts = [sum(len(s.turn_spans) for s in samples) for samples in episodes]
+    most = max([1, *counts])
     turn_ids = torch.full((len(rows), width), -1, dtype=torch.long)
     turn_rewards = torch.zeros((len(rows), most))
     num_turns = torch.zeros(len(rows), dtype=torch.long)
     i = 0
-    for samples in episodes:
+    for samples, count in zip(episodes, counts, strict=True):
         table = torch.zeros(most)
-        for t, sample in enumerate(samples):
-            if len(sample.turn_spans) > 1:
-                raise ValueError(
-                    f"a step-mode sample has {len(sample.turn_spans)} turns; each step is one"
-                )
-            table[t] = sample.step_rewards[0] if sample.step_rewards else 0.0
-        if samples:
-            table[len(samples) - 1] += samples[-1].reward - float(table.sum())
-        for t, sample in enumerate(samples):
-            for start, end in sample.turn_spans:
-                turn_ids[i + t, start:end] = t
-            turn_rewards[i + t] = table
-            num_turns[i + t] = len(samples)
+        turn = 0
+        for offset, sample in enumerate(samples):
+            for k, (start, end) in enumerate(sample.turn_spans):
+                turn_ids[i + offset, start:end] = turn
+                table[turn] = sample.step_rewards[k] if k < len(sample.step_rewards) else 0.0
+                turn += 1
+        if count:
+            table[count - 1] += samples[-1].reward - float(table.sum())
+        turn_rewards[i : i + len(samples)] = table
+        num_turns[i : i + len(samples)] = count
         i += len(samples)
     return turn_ids, turn_rewards, num_turns
 
@@ -388,22 +388,22 @@ def collate_episodes(
     episodes: list[list[Trajectory]],
     pad_token_id: int,
     gigpo: GigpoConfig | None = None,
-    steps_as_turns: bool = False,
+    episode_turns: bool = False,
 ) -> TrainBatch:
     """Collate episodes given as lists of samples (one per episode in episode mode, one per
     step in step mode); rows keep their episode index. With `gigpo`, also the discounted step
     returns R_t = sum_k gamma^(k-t) r_k and the anchor-state step groups of every row (a step
     without an anchor is its own singleton group, so it gets no step advantage). With
-    `steps_as_turns` (step mode, a turn-level estimator), each row's turn tensors describe its
-    whole episode (`step_turn_tensors`)."""
+    `episode_turns` (a turn-level estimator), each row's turn tensors describe its whole
+    episode (`episode_turn_tensors`)."""
     flat = [sample for samples in episodes for sample in samples]
     batch = collate(flat, pad_token_id)
     batch.episode_index = torch.tensor(
         [e for e, samples in enumerate(episodes) for _ in samples], dtype=torch.long
     )
-    if steps_as_turns:
+    if episode_turns:
         width = batch.input_ids.shape[1]
-        batch.turn_ids, batch.turn_rewards, batch.num_turns = step_turn_tensors(episodes, width)
+        batch.turn_ids, batch.turn_rewards, batch.num_turns = episode_turn_tensors(episodes, width)
         batch.episode_turns = True
     if gigpo is not None:
         rewards = [[sum(s.step_rewards) for s in samples] for samples in episodes]

@@ -59,8 +59,8 @@ def prepare_batch(setup: Setup, episodes: Episodes) -> TrainBatch:
     samples = episodes.samples
     if cfg.rollout.train_on_observations:  # ablation: observation tokens in the loss
         samples = [[unmask_observations(s) for s in ep] for ep in samples]
-    steps_as_turns = estimator.turn_level and cfg.rollout.mode == "step"
-    batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo, steps_as_turns)
+    # a turn-level estimator reads each episode's turns, however its rows cut them
+    batch = collate_episodes(samples, setup.tokenizer.pad_token_id, gigpo, estimator.turn_level)
     if estimator.task_buckets:
         types, roles = bf.trr_ids(episodes.tasks, cfg.algo.trr_type_field, cfg.algo.trr_role_field)
         batch.task_type_ids, batch.role_ids = types[batch.episode_index], roles[batch.episode_index]
