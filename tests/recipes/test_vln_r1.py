@@ -80,13 +80,14 @@ def test_chunks_of_six_executed_and_the_decay_weighs_near_actions_more(scripted)
     far, _ = first_turn_rewards(0.8, 5, scripted)
     assert executed == [6, 6, 6, 6]  # a turn is a chunk of 6 actions
     full = sum(0.8**j for j in range(6))
-    # the chunk's TDR as a share of the expert's (the recipe's episode_reward: mean)
-    assert near == [pytest.approx((full - 1.0) / full)] * 4  # the first action was wrong
-    assert far == [pytest.approx((full - 0.8**5) / full)] * 4  # the sixth action was wrong
+    # the chunk's TDR as a share of the expert's, over the route's 2 chunks (these routes take
+    # 7-12 actions; the recipe's episode_reward: route_mean)
+    assert near == [pytest.approx((full - 1.0) / full / 2)] * 4  # the first action was wrong
+    assert far == [pytest.approx((full - 0.8**5) / full / 2)] * 4  # the sixth action was wrong
     # without the decay a near and a far mistake score the same
     flat_near, _ = first_turn_rewards(1.0, 0, scripted)
     flat_far, _ = first_turn_rewards(1.0, 5, scripted)
-    assert flat_near == flat_far == [pytest.approx(5.0 / 6.0)] * 4
+    assert flat_near == flat_far == [pytest.approx(5.0 / 6.0 / 2)] * 4
 
 
 def chunk(actions: list[int]) -> Action:
@@ -148,6 +149,31 @@ def best_walker_margin(options: dict, turns: int) -> float:
             assert not walked_success
             margin = max(margin, walked - expert)
     return margin
+
+
+def test_stopping_after_a_good_first_chunk_earns_less_than_the_route():
+    # the recipe's reward (route_mean): the expert's first chunk of a two-chunk route, then a
+    # stop short of the goal, earns half of the expert's chunk share; the mean over the chunks
+    # played (episode_reward=mean) paid it in full, which GRPO learned to exploit
+    cfg = load_config("vln_r1")
+    options = env_kwargs(cfg)
+    assert options["episode_reward"] == "route_mean"
+    task = next(t for t in make_vln_tasks("train", 40, seed=0) if len(t.answers[0].split()) > 7)
+
+    def stop_after_one_chunk(env, turn):
+        return [*env.expert_actions()[:5], STOP]
+
+    def expert(env, turn):
+        return env.expert_actions()[:6]
+
+    early, early_success = episode_return(NavigationEnv(**options), task, stop_after_one_chunk, 4)
+    full, full_success = episode_return(NavigationEnv(**options), task, expert, 4)
+    assert not early_success and full_success
+    share = sum(0.8**j for j in range(5)) / sum(0.8**j for j in range(6))
+    assert early == pytest.approx(share / 2) and full == pytest.approx(1.0 + 1.0)
+    mean = {**options, "episode_reward": "mean"}
+    early_mean, _ = episode_return(NavigationEnv(**mean), task, stop_after_one_chunk, 4)
+    assert early_mean == pytest.approx(share)
 
 
 def test_walking_longer_without_stopping_never_earns_more_than_the_expert():
