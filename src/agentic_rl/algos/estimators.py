@@ -172,8 +172,7 @@ def _per_episode(estimate: Callable[[Tensor, Tensor], Tensor], x: AdvantageInput
     copied to every row of the episode (MemAgent's multi-conversation advantage; in step mode,
     every step), then to each row's masked tokens. With `x.agent_ids` (algo.role_groups) the
     unit is an episode's role instead (`role_group_advantages`)."""
-    n = x.rewards.shape[0]
-    index = x.episode_index if x.episode_index is not None else torch.arange(n)
+    index = _episode_index(x)
     if x.agent_ids is not None:  # algo.role_groups: (task group x role) buckets
         per_row = role_group_advantages(x.rewards, x.group_ids, x.agent_ids, index, estimate)
         return outcome_to_token_advantages(per_row, x.mask)
@@ -272,14 +271,18 @@ def _turns(x: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
     return x.turn_ids, x.turn_rewards, x.num_turns
 
 
+def _episode_index(x: AdvantageInputs) -> Tensor:
+    """Each row's episode: `x.episode_index`, or every row its own episode without it."""
+    n = x.rewards.shape[0]
+    return x.episode_index if x.episode_index is not None else torch.arange(n)
+
+
 def _episodes(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
-    """Each row's episode and each episode's first row (`episode_rows`); every row is its own
-    episode without `episode_index`. Where an episode spans rows (step mode, memory
+    """Each row's episode and each episode's first row (`episode_rows`). Where an episode spans rows (step mode, memory
     conversations, context segments) each carries the episode's whole turn table
     (learner/batch.py `episode_turn_tensors`), so the turn estimators read it once, from the
     first row, and hand each row its turns' credit."""
-    n = x.rewards.shape[0]
-    return episode_rows(x.episode_index if x.episode_index is not None else torch.arange(n))
+    return episode_rows(_episode_index(x))
 
 
 def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:

@@ -259,19 +259,9 @@ def turn_tensors(
 
     -> turn_ids [N, width] long (-1 off turns), turn_rewards [N, K] float, num_turns [N] long,
     K = max(1, the most turns of a row). E.g. spans [(2, 4), (5, 7)], step rewards [0.5, 1],
-    reward 2 -> ids [-1, -1, 0, 0, -1, 1, 1], rewards [0.5, 1.5], 2 turns."""
-    n = len(trajectories)
-    most = max([1, *(len(t.turn_spans) for t in trajectories)])
-    turn_ids = torch.full((n, width), -1, dtype=torch.long)
-    turn_rewards = torch.zeros((n, most))
-    for i, t in enumerate(trajectories):
-        for k, (start, end) in enumerate(t.turn_spans):
-            turn_ids[i, start:end] = k
-            turn_rewards[i, k] = t.step_rewards[k] if k < len(t.step_rewards) else 0.0
-        if t.turn_spans:
-            turn_rewards[i, len(t.turn_spans) - 1] += t.reward - float(turn_rewards[i].sum())
-    num_turns = torch.tensor([len(t.turn_spans) for t in trajectories], dtype=torch.long)
-    return turn_ids, turn_rewards, num_turns
+    reward 2 -> ids [-1, -1, 0, 0, -1, 1, 1], rewards [0.5, 1.5], 2 turns: each row is an
+    episode of one sample (`episode_turn_tensors`)."""
+    return episode_turn_tensors([[t] for t in trajectories], width)
 
 
 def collate(trajectories: list[Trajectory], pad_token_id: int) -> TrainBatch:
