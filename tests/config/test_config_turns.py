@@ -20,12 +20,12 @@ from agentic_rl.config.parse import ConfigError
         (["algo.name=mt_grpo", "algo.mt_grpo_outcome=final"], "must be one of episode, last_"),
         (["algo.name=mt_grpo", "rollout.max_turns=1"], "rollout.max_turns=1 leaves no such turn"),
         (
-            ["algo.name=mt_grpo", "--recipe=planner_executor"],
-            "interleaves the turns of several agents",
+            ["algo.name=mt_grpo", "--recipe=solver_verifier"],  # the recipe sets role_groups
+            "algo.role_groups does nothing with algo.name=mt_grpo",
         ),
         (
-            ["algo.name=turn_ppo", "--recipe=debate", "rollout.group_size=2"],
-            "interleaves the turns of several agents",
+            ["algo.name=turn_ppo", "--recipe=debate", "algo.role_groups=false"],
+            "turn_ppo's critic is one model, not one per role",
         ),
         (
             ["algo.name=mt_grpo", "rollout.train_on_observations=true"],
@@ -65,3 +65,6 @@ def test_turn_estimators_load():
         assert cfg.rollout.mode == "memory" and cfg.algo.name == name
         cfg = load_config(None, [f"algo.name={name}", "rollout.context_budget=300"])
         assert cfg.rollout.context_budget == 300
+        # several agents: each role's turns are credited on their own (algos/turns.py)
+        cfg = load_config("planner_executor", [f"algo.name={name}"])
+        assert cfg.rollout.mode == "memory" and not cfg.algo.role_groups

@@ -313,3 +313,107 @@ def test_turn_credit_over_rows_equals_one_row_an_episode(cut):
         )
         if algo.name == "turn_ppo":  # the critic's targets sit on each turn's start
             assert split.value_mask.sum() == whole.value_mask.sum() == 8
+
+
+def conversation(role: str, step_reward: float, reward: float, group: str = "g") -> Trajectory:
+    """One conversation of a multi-agent episode: a row with one turn (rollout/memory.py), its
+    step reward, and its role's reward (the team's outcome plus the role's own terms)."""
+    t = episode([[1]], [step_reward], group, reward=reward)
+    t.role = role
+    return t
+
+
+def two_agent_group() -> list[list[Trajectory]]:
+    """Two episodes of one task, conversations alternating A, B, A, B. Episode 1: A's step
+    rewards 1, 0 and reward 2; B's 0, 0 and reward 1. Episode 2: A's 0, 0 and reward 1; B's
+    0.5, 0 and reward 1."""
+    return [
+        [conversation("A", 1.0, 2.0), conversation("B", 0.0, 1.0)]
+        + [conversation("A", 0.0, 2.0), conversation("B", 0.0, 1.0)],
+        [conversation("A", 0.0, 1.0), conversation("B", 0.5, 1.0)]
+        + [conversation("A", 0.0, 1.0), conversation("B", 0.0, 1.0)],
+    ]
+
+
+def test_episode_turn_tensors_by_role_by_hand():
+    # each role's turns are numbered on their own; the leftover of a role's reward is on its
+    # last turn: A of episode 1 has [1, 2 - 1], B [0, 1 - 0]
+    episodes = two_agent_group()
+    ids, rewards, turns = episode_turn_tensors(episodes, width=3, by_role=True)
+    assert ids[:, 2].tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert rewards.tolist() == [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]] + [
+        [0.0, 1.0],
+        [0.5, 0.5],
+        [0.0, 1.0],
+        [0.5, 0.5],
+    ]
+    assert turns.tolist() == [2] * 8
+    interleaved, _, _ = episode_turn_tensors(episodes, width=3)  # without roles: one sequence
+    assert interleaved[:, 2].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    batch = collate_episodes(episodes, pad_token_id=0, episode_turns=True)
+    assert batch.agent_names == ("A", "B") and torch.equal(batch.turn_ids, ids)
+
+
+def test_mt_grpo_credits_each_role_by_hand():
+    # units (episode, role) compared within (group, role), S = 1/sqrt(2):
+    #   turn 0 of A: rewards 1 vs 0 -> +S / -S;   turn 0 of B: 0 vs 0.5 -> -S / +S
+    #   outcome of A: 2 vs 1 -> +S / -S;           outcome of B: 1 vs 1 -> 0 / 0
+    # A's first turn takes outcome + turn term, its last turn the outcome alone
+    batch = collate_episodes(two_agent_group(), pad_token_id=0, episode_turns=True)
+    compute_advantages(batch, AlgoConfig(name="mt_grpo", turn_advantage_coef=1.0))
+    got = batch.advantages[:, 2]
+    want = torch.tensor([2 * S, -S, S, 0.0, -2 * S, S, -S, 0.0])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert (batch.advantages[:, :2] == 0).all()
+
+
+def test_turn_ppo_runs_each_role_s_own_turns_by_hand():
+    # gamma = lambda = 1, values 0: turn k's return is its role's reward-to-go in the episode
+    batch = collate_episodes(two_agent_group(), pad_token_id=0, episode_turns=True)
+    batch.old_values = torch.zeros(batch.input_ids.shape)
+    compute_advantages(batch, AlgoConfig(name="turn_ppo"))
+    returns = batch.returns[:, 2].tolist()
+    assert returns == pytest.approx([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5])
+    assert batch.value_mask.sum() == 8  # every conversation opens a turn of its role
+
+
+def test_per_role_turn_credit_equals_each_role_as_its_own_episode():
+    # the same advantages as when each (episode, role) is an episode of its own, in a group
+    # of its own per role: the roles never share a turn index or a group
+    episodes = two_agent_group() + [
+        [conversation("A", 0.2, 0.7, "h"), conversation("B", 0.0, 0.0, "h")],
+        [conversation("A", 0.0, 0.3, "h"), conversation("B", 0.9, 1.0, "h")]
+        + [conversation("B", 0.1, 1.0, "h")],
+    ]
+    apart = []
+    for samples in episodes:
+        for role in ("A", "B"):
+            mine = [copy.deepcopy(s) for s in samples if s.role == role]
+            for s in mine:
+                s.group_id, s.role = f"{s.group_id}:{role}", ""
+            apart.append(mine)
+    order = [id(s) for samples in episodes for s in samples]
+    for algo in (
+        AlgoConfig(name="mt_grpo", turn_advantage_coef=0.5),
+        AlgoConfig(name="mt_grpo", mt_grpo_outcome="last_turn"),
+        AlgoConfig(name="turn_ppo", gamma=0.9, lam=0.5),
+    ):
+        together = collate_episodes(episodes, pad_token_id=0, episode_turns=True)
+        separate = collate_episodes(apart, pad_token_id=0, episode_turns=True)
+        assert separate.agent_ids is None
+        for b in (together, separate):
+            b.old_values = 0.1 * torch.ones(b.input_ids.shape)
+        compute_advantages(together, algo)
+        compute_advantages(separate, algo)
+        assert together.advantages.abs().sum() > 0
+        # row r of `separate` is conversation rows_apart[r] of `together`
+        rows_apart = [
+            order.index(id(s))
+            for samples in episodes
+            for role in ("A", "B")
+            for s in samples
+            if s.role == role
+        ]
+        torch.testing.assert_close(
+            separate.advantages, together.advantages[rows_apart], atol=1e-5, rtol=0
+        )

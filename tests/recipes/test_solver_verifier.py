@@ -177,3 +177,15 @@ def test_a_model_per_role_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_
     # did not move in step 2 here: the random tiny model's episodes gave it nothing to learn)
     mine = [k for k in weights if k.startswith("models.solver.")]
     assert any(not torch.equal(weights[k], step_1[k]) for k in mine)
+
+
+def test_turn_credit_per_role_trains(tmp_path, scripted):
+    # MT-GRPO on the team: each role's conversations are its own turns (algos/turns.py
+    # `turn_units`), one update per role's adapter as with GRPO
+    scripted(lambda ep, index, turn: ep.env.expert_turn() if index == 0 else "<answer>1</answer>")
+    out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=mt"]
+    turns = ["algo.name=mt_grpo", "algo.role_groups=false"]
+    assert main(["train", "solver_verifier", *SMOKE, *turns, *out, "--smoke"]) == 0
+    rows = [r for r in read_metrics(tmp_path / "mt" / "metrics.jsonl") if "train/reward" in r]
+    assert rows and rows[0]["train/env/verifier_conversations"] > 0
+    assert all("train/turn_adv_nonzero" in r for r in rows)

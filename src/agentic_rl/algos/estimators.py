@@ -51,6 +51,7 @@ from agentic_rl.algos.turns import (
     turn_start_mask,
     turn_sums,
     turn_to_token_advantages,
+    turn_units,
     turn_values,
 )
 
@@ -108,9 +109,11 @@ class AdvantageInputs:
     """[B, T] the rows' attention mask, 1 on real tokens (tree_grpo_per_token: a row's response
     runs from its first trained token to its last real token)."""
     agent_ids: Tensor | None = None
-    """[B] long: the agent role of each row (multi-agent envs), given only with
-    algo.role_groups: the per-episode group estimators then compare each role's samples within
-    (task group x role) (algos/roles.py); None = MATPO's rule, one advantage per episode."""
+    """[B] long: the agent role of each row (multi-agent envs), given with algo.role_groups
+    and to the turn-level estimators. The per-episode group estimators then compare each role's
+    samples within (task group x role) (algos/roles.py; without it, MATPO's rule: one advantage
+    per episode); the turn-level ones credit each role's turns as a unit of their own
+    (`turn_units`)."""
 
 
 DEFAULT_LOSS_AGG = "seq-mean-token-mean"
@@ -152,7 +155,8 @@ class Estimator:
     (TrainBatch.turn_ids / turn_rewards / num_turns): needs rollout.mode=episode (one row per
     episode, every turn in it) or rows that cut an episode's turns (step mode, memory
     conversations, context segments), each carrying the episode's table (learner/batch.py
-    episode_turn_tensors); not several agents' interleaved turns."""
+    episode_turn_tensors); in a multi-agent episode each role's turns are a unit of their own
+    (`turn_units`)."""
     turn_groups: bool = False
     """Normalises each turn index's step rewards over the group (MT-GRPO): algo.
     turn_advantage_coef acts; the turns before the last carry it, so episodes need more than
@@ -277,22 +281,24 @@ def _episode_index(x: AdvantageInputs) -> Tensor:
     return x.episode_index if x.episode_index is not None else torch.arange(n)
 
 
-def _episodes(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
-    """Each row's episode and each episode's first row (`episode_rows`). Where an episode spans rows (step mode, memory
-    conversations, context segments) each carries the episode's whole turn table
-    (learner/batch.py `episode_turn_tensors`), so the turn estimators read it once, from the
-    first row, and hand each row its turns' credit."""
-    return episode_rows(_episode_index(x))
+def _units(x: AdvantageInputs) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row's turn unit, each unit's first row and its group (`turn_units`): an episode,
+    or in a multi-agent episode (`x.agent_ids`) one role's turns in it. Where a unit spans rows
+    (step mode, memory conversations, context segments) each carries the unit's whole turn
+    table (learner/batch.py `episode_turn_tensors`), so the turn estimators read it once, from
+    the first row, and hand each row its turns' credit."""
+    return turn_units(_episode_index(x), x.group_ids, x.agent_ids)
 
 
 def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:
     """MT-GRPO: GRPO's outcome advantage on every token, plus turn_coef x the group-normalised
     step reward of its turn on the turns before the last (the last turn's reward is part of
     the outcome). The outcome is the episode reward, or with `outcome_only` the last turn's
-    reward alone (`last_turn_rewards`). Computed over episodes (each once, `_episodes`)."""
+    reward alone (`last_turn_rewards`). Computed over units (each episode, or each role of a
+    multi-agent episode, once: `_units`)."""
     turn_ids, turn_rewards, num_turns = _turns(x, "mt_grpo")
-    inverse, first = _episodes(x)
-    table, turns, groups = turn_rewards[first], num_turns[first], x.group_ids[first]
+    inverse, first, groups = _units(x)
+    table, turns = turn_rewards[first], num_turns[first]
     earlier = turn_slots(turns - 1, table.shape[1])
     turn_adv = turn_group_advantages(table, earlier, groups)
     rewards = x.rewards[first]
@@ -320,13 +326,14 @@ def _turn_ppo(x: AdvantageInputs) -> tuple[Tensor, Tensor]:
     (the state before the turn), GAE runs over the turns with algo.gamma / algo.lam, every
     token of turn k takes A_k (whitened over the trained tokens, as ppo's), and the critic's
     target R_k = A_k + V_k sits on that first token only (`value_positions`). With the KL in
-    the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens. Over episodes:
-    turn k's value and KL come from the row that holds turn k (`_episodes`)."""
+    the reward, turn k's reward is r_k - kl_coef x the summed KL of its tokens. Over units
+    (episodes, or each role's turns of a multi-agent episode): turn k's value and KL come from
+    the row that holds turn k (`_units`)."""
     if x.values is None:
         raise ValueError("turn_ppo needs old values: run the value head before the advantages")
     turn_ids, turn_rewards, num_turns = _turns(x, "turn_ppo")
     width = turn_rewards.shape[1]
-    inverse, first = _episodes(x)
+    inverse, first, _ = _units(x)
     table = turn_rewards[first]
 
     def per_episode(per_row: Tensor) -> Tensor:  # [N, K] -> [E, K]: each turn's row adds its own

@@ -80,6 +80,12 @@ def validate_roles(cfg: Config) -> None:
         )
     if cfg.algo.role_groups:
         estimator = ADVANTAGE_ESTIMATORS[cfg.algo.name]
+        if estimator.turn_level:
+            raise ConfigError(
+                f"algo.role_groups does nothing with algo.name={cfg.algo.name}: a turn-level "
+                "estimator always credits each role's turns on their own, compared within "
+                "(task group x role); drop algo.role_groups"
+            )
         if not (estimator.per_episode and estimator.needs_groups):
             names = [n for n, e in ADVANTAGE_ESTIMATORS.items() if e.per_episode and e.needs_groups]
             raise ConfigError(

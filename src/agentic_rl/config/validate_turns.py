@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS
 from agentic_rl.config.checks import _unused
 from agentic_rl.config.parse import ConfigError
-from agentic_rl.config.validate_roles import env_roles
 
 if TYPE_CHECKING:
     from agentic_rl.config.schema import Config
@@ -27,9 +26,9 @@ def _names(flag: str) -> str:
 
 def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
     """A turn-level estimator credits the turns of an episode by their index, in one row or cut
-    over several (steps, conversations, context segments), so it refuses an env that
-    interleaves several agents' turns; its turns must be the model's own
-    tokens (observations belong to no turn); MT-GRPO's turn term needs a turn before the last.
+    over several (steps, conversations, context segments; in a multi-agent episode each role's
+    turns by their index among that role's); its turns must be the model's own tokens
+    (observations belong to no turn); MT-GRPO's turn term needs a turn before the last.
     algo.turn_advantage_coef with another estimator does nothing."""
     algo, rollout = cfg.algo, cfg.rollout
     estimator = ADVANTAGE_ESTIMATORS[algo.name]
@@ -57,14 +56,6 @@ def validate_turns(cfg: Config, explicit: Collection[str] = ()) -> None:
         )
     if not estimator.turn_level:
         return
-    roles = env_roles(cfg.env.name, cfg.env.options)
-    if roles:
-        raise ConfigError(
-            f"algo.name={algo.name} credits each turn of an episode by its index; env.name="
-            f"{cfg.env.name} interleaves the turns of several agents ({', '.join(roles)}), whose "
-            "turn k is one agent's in one episode and another's in the next: use a per-episode "
-            "estimator (grpo, with algo.role_groups for groups per role)"
-        )
     if rollout.train_on_observations:
         raise ConfigError(
             f"rollout.train_on_observations trains observation tokens, which belong to no turn: "

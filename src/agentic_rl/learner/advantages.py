@@ -49,7 +49,8 @@ def compute_advantages(
         role_ids=batch.role_ids,
         tree_ids=batch.tree_ids,
         attention=batch.attention_mask,
-        agent_ids=batch.agent_ids if algo.role_groups else None,  # per-role groups
+        # per-role groups (algo.role_groups); the turn estimators credit each role's turns
+        agent_ids=batch.agent_ids if algo.role_groups or estimator.turn_level else None,
         turn_ids=batch.turn_ids,
         turn_rewards=batch.turn_rewards,
         num_turns=batch.num_turns,

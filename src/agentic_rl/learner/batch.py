@@ -336,7 +336,7 @@ def unmask_observations(trajectory: Trajectory) -> Trajectory:
 
 
 def episode_turn_tensors(
-    episodes: list[list[Trajectory]], width: int
+    episodes: list[list[Trajectory]], width: int, by_role: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`turn_tensors` for episodes whose turns are spread over several rows (step mode: one
     turn a row; memory mode: one conversation a row; context-budget segments: a few turns a
@@ -350,27 +350,41 @@ def episode_turn_tensors(
     episode once (its first row) and each row's turns by their ids (algos/estimators.py). With
     one sample an episode this is `turn_tensors`. E.g. step rows with rewards 0.5 and 1 and an
     episode reward of 2: ids [.., 0, 0] and [.., 1], rewards [0.5, 1.5] on both, 2 turns each.
+
+    With `by_role` (a multi-agent episode, whose samples carry their `role`), each role's
+    samples of an episode are a unit of their own, in their order: the role's turns are
+    numbered 0, 1, ... and its table holds its own step rewards, its last turn taking the
+    role's reward beyond them (the team's outcome plus the role's own terms,
+    rollout/roles.py), so turn k is always the same role's k-th turn (algos/turns.py
+    `turn_units`).
     -> turn_ids [N, width] long (-1 off turns), turn_rewards [N, K], num_turns [N]."""
     rows = [s for samples in episodes for s in samples]
-    counts = [sum(len(s.turn_spans) for s in samples) for samples in episodes]
+    units: list[list[int]] = []
+    start = 0
+    for samples in episodes:
+        members: dict[str, list[int]] = {}
+        for offset, sample in enumerate(samples):
+            members.setdefault(sample.role if by_role else "", []).append(start + offset)
+        units.extend(members.values())
+        start += len(samples)
+    counts = [sum(len(rows[i].turn_spans) for i in unit) for unit in units]
     most = max([1, *counts])
     turn_ids = torch.full((len(rows), width), -1, dtype=torch.long)
     turn_rewards = torch.zeros((len(rows), most))
     num_turns = torch.zeros(len(rows), dtype=torch.long)
-    i = 0
-    for samples, count in zip(episodes, counts, strict=True):
+    for unit, count in zip(units, counts, strict=True):
         table = torch.zeros(most)
         turn = 0
-        for offset, sample in enumerate(samples):
-            for k, (start, end) in enumerate(sample.turn_spans):
-                turn_ids[i + offset, start:end] = turn
+        for i in unit:
+            sample = rows[i]
+            for k, (begin, end) in enumerate(sample.turn_spans):
+                turn_ids[i, begin:end] = turn
                 table[turn] = sample.step_rewards[k] if k < len(sample.step_rewards) else 0.0
                 turn += 1
         if count:
-            table[count - 1] += samples[-1].reward - float(table.sum())
-        turn_rewards[i : i + len(samples)] = table
-        num_turns[i : i + len(samples)] = count
-        i += len(samples)
+            table[count - 1] += rows[unit[-1]].reward - float(table.sum())
+        turn_rewards[unit] = table
+        num_turns[unit] = count
     return turn_ids, turn_rewards, num_turns
 
 
@@ -385,7 +399,7 @@ def collate_episodes(
     returns R_t = sum_k gamma^(k-t) r_k and the anchor-state step groups of every row (a step
     without an anchor is its own singleton group, so it gets no step advantage). With
     `episode_turns` (a turn-level estimator), each row's turn tensors describe its whole
-    episode (`episode_turn_tensors`)."""
+    episode (`episode_turn_tensors`), or in a multi-agent episode its role's turns in it."""
     flat = [sample for samples in episodes for sample in samples]
     batch = collate(flat, pad_token_id)
     batch.episode_index = torch.tensor(
@@ -393,7 +407,10 @@ def collate_episodes(
     )
     if episode_turns:
         width = batch.input_ids.shape[1]
-        batch.turn_ids, batch.turn_rewards, batch.num_turns = episode_turn_tensors(episodes, width)
+        by_role = batch.agent_ids is not None
+        batch.turn_ids, batch.turn_rewards, batch.num_turns = episode_turn_tensors(
+            episodes, width, by_role
+        )
         batch.episode_turns = True
     if gigpo is not None:
         rewards = [[sum(s.step_rewards) for s in samples] for samples in episodes]
