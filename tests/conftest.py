@@ -30,6 +30,17 @@ def close_shared_browsers():
         driver.close_shared_pools()
 
 
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """After every test: torch's thread count as it was before it. A test that runs a bench's
+    main() in-process sets it (`--threads`), and on some CPUs the float results of a matrix
+    product depend on the thread count, so a later test comparing an in-process run with a
+    subprocess (which starts at the default) would compare two thread counts."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The bundled model's tokenizer (converted once into the user cache, then reused)."""
