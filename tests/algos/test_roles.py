@@ -9,7 +9,7 @@ import torch
 
 from agentic_rl.algos.advantages import dr_grpo_advantages, grpo_advantages
 from agentic_rl.algos.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from agentic_rl.algos.roles import role_group_advantages
+from agentic_rl.algos.roles import role_group_advantages, role_units
 
 # One task group, two episodes; rows: ep0 solver, ep0 verifier, ep0 solver (a 2nd conversation),
 # ep1 solver, ep1 verifier. Solver rewards 1 (ep0) and 0 (ep1); verifier 2 and 2.
@@ -50,3 +50,15 @@ def test_estimators_use_role_groups_only_when_given_agent_ids():
     torch.testing.assert_close(matpo[:, 0], torch.tensor([S, S, S, -S, -S]), atol=1e-5, rtol=0)
     grouped, _ = ADVANTAGE_ESTIMATORS["grpo"].fn(dataclasses.replace(inputs, agent_ids=AGENTS))
     torch.testing.assert_close(grouped[:, 1], torch.tensor([S, 0.0, S, -S, 0.0]), atol=1e-5, rtol=0)
+
+
+def test_role_units_by_hand():
+    # without agents a unit is an episode; with agents an (episode, role) pair, bucketed by
+    # (task group, role): the docstring's example
+    index, groups = torch.tensor([0, 0, 0, 1]), torch.tensor([3, 3, 3, 3])
+    inverse, first, unit_groups = role_units(index, groups)
+    assert inverse.tolist() == [0, 0, 0, 1] and first.tolist() == [0, 3]
+    assert unit_groups.tolist() == [3, 3]
+    inverse, first, unit_groups = role_units(index, groups, torch.tensor([0, 1, 0, 1]))
+    assert inverse.tolist() == [0, 1, 0, 2] and first.tolist() == [0, 1, 3]
+    assert unit_groups.tolist() == [6, 7, 7]

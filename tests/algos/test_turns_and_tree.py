@@ -23,7 +23,6 @@ from agentic_rl.algos.turns import (
     turn_start_mask,
     turn_sums,
     turn_to_token_advantages,
-    turn_units,
     turn_values,
 )
 
@@ -227,15 +226,3 @@ def test_arpo_branches_more_when_entropy_rises() -> None:
         True,
         False,
     ]
-
-
-def test_turn_units_by_hand():
-    # without agents a unit is an episode; with agents an (episode, role) pair, grouped by
-    # (task group, role): the docstring's example
-    index, groups = torch.tensor([0, 0, 0, 1]), torch.tensor([3, 3, 3, 3])
-    inverse, first, unit_groups = turn_units(index, groups)
-    assert inverse.tolist() == [0, 0, 0, 1] and first.tolist() == [0, 3]
-    assert unit_groups.tolist() == [3, 3]
-    inverse, first, unit_groups = turn_units(index, groups, torch.tensor([0, 1, 0, 1]))
-    assert inverse.tolist() == [0, 1, 0, 2] and first.tolist() == [0, 1, 3]
-    assert unit_groups.tolist() == [6, 7, 7]

@@ -181,7 +181,7 @@ def test_a_model_per_role_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_
 
 def test_turn_credit_per_role_trains(tmp_path, scripted):
     # MT-GRPO on the team: each role's conversations are its own turns (algos/turns.py
-    # `turn_units`), one update per role's adapter as with GRPO
+    # `role_units`), one update per role's adapter as with GRPO
     scripted(lambda ep, index, turn: ep.env.expert_turn() if index == 0 else "<answer>1</answer>")
     out = [f"trainer.out_dir={tmp_path}", "trainer.run_name=mt"]
     turns = ["algo.name=mt_grpo", "algo.role_groups=false"]

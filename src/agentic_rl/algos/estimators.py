@@ -34,7 +34,7 @@ from agentic_rl.algos.advantages import (
     whiten_advantages,
 )
 from agentic_rl.algos.gigpo import gigpo_advantages
-from agentic_rl.algos.roles import role_group_advantages
+from agentic_rl.algos.roles import role_group_advantages, role_units
 from agentic_rl.algos.tree import (
     response_span,
     tree_2norm_advantages,
@@ -51,7 +51,6 @@ from agentic_rl.algos.turns import (
     turn_start_mask,
     turn_sums,
     turn_to_token_advantages,
-    turn_units,
     turn_values,
 )
 
@@ -113,7 +112,7 @@ class AdvantageInputs:
     and to the turn-level estimators. The per-episode group estimators then compare each role's
     samples within (task group x role) (algos/roles.py; without it, MATPO's rule: one advantage
     per episode); the turn-level ones credit each role's turns as a unit of their own
-    (`turn_units`)."""
+    (`role_units`)."""
 
 
 DEFAULT_LOSS_AGG = "seq-mean-token-mean"
@@ -156,7 +155,7 @@ class Estimator:
     episode, every turn in it) or rows that cut an episode's turns (step mode, memory
     conversations, context segments), each carrying the episode's table (learner/batch.py
     episode_turn_tensors); in a multi-agent episode each role's turns are a unit of their own
-    (`turn_units`)."""
+    (`role_units`)."""
     turn_groups: bool = False
     """Normalises each turn index's step rewards over the group (MT-GRPO): algo.
     turn_advantage_coef acts; the turns before the last carry it, so episodes need more than
@@ -282,12 +281,12 @@ def _episode_index(x: AdvantageInputs) -> Tensor:
 
 
 def _units(x: AdvantageInputs) -> tuple[Tensor, Tensor, Tensor]:
-    """Each row's turn unit, each unit's first row and its group (`turn_units`): an episode,
+    """Each row's turn unit, each unit's first row and its group (`role_units`): an episode,
     or in a multi-agent episode (`x.agent_ids`) one role's turns in it. Where a unit spans rows
     (step mode, memory conversations, context segments) each carries the unit's whole turn
     table (learner/batch.py `episode_turn_tensors`), so the turn estimators read it once, from
     the first row, and hand each row its turns' credit."""
-    return turn_units(_episode_index(x), x.group_ids, x.agent_ids)
+    return role_units(_episode_index(x), x.group_ids, x.agent_ids)
 
 
 def _mt_grpo(x: AdvantageInputs) -> tuple[Tensor, None]:

@@ -14,20 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import Tensor
 
-
-def _dense(*keys: Tensor) -> tuple[Tensor, Tensor]:
-    """Dense ids of the distinct key tuples (rows of the stacked keys) and each unit's first
-    row. Shapes: keys ``[N]`` long each -> inverse ``[N]``, first ``[U]``."""
-    stacked = torch.stack([k.long() for k in keys], dim=1)
-    _, inverse = torch.unique(stacked, dim=0, return_inverse=True)
-    rows = torch.arange(len(inverse), device=inverse.device)
-    first = torch.full(
-        (int(inverse.max()) + 1,), len(inverse), dtype=torch.long, device=inverse.device
-    )
-    return inverse, first.scatter_reduce(0, inverse, rows, "amin")
+from agentic_rl.algos.advantages import episode_rows
 
 
 def role_group_advantages(
@@ -48,6 +37,30 @@ def role_group_advantages(
     """
     if len(rewards) == 0:
         return rewards.detach().clone()
-    unit, first = _dense(episode_index, agent_ids)
-    bucket, _ = _dense(group_ids[first], agent_ids[first])
+    unit, first, bucket = role_units(episode_index, group_ids, agent_ids)
     return estimate(rewards.detach()[first], bucket)[unit]
+
+
+def role_units(
+    episode_index: Tensor, group_ids: Tensor, agent_ids: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The units a role is credited in, and the buckets they are compared in.
+
+    A unit is an episode, whose samples may be spread over several rows (``episode_index``);
+    with ``agent_ids`` (a multi-agent episode) it is one role's samples in the episode, the
+    pair ``(e, k)``, compared within the bucket ``(task group, k)``. Per-role group advantages
+    (`role_group_advantages`) and the turn-level estimators (algos/estimators.py: turn ``j`` of
+    a unit is always that role's ``j``-th turn, never another agent's, as MATPO / ReMA give
+    each role its own trajectory) both read them.
+    E.g. ``episode_index`` ``[0, 0, 0, 1]``, ``agent_ids`` ``[0, 1, 0, 1]``, ``group_ids``
+    ``[3, 3, 3, 3]`` -> units ``(0, 0), (0, 1), (0, 0), (1, 1)``: ``inverse`` ``[0, 1, 0, 2]``,
+    ``first`` ``[0, 1, 3]`` and the units' groups ``[6, 7, 7]`` (group x roles + role).
+    Shapes: ``[N]`` long each -> ``inverse`` ``[N]`` (each row's unit, numbered ``0..U-1``),
+    ``first`` ``[U]`` (each unit's first row), ``groups`` ``[U]`` long.
+    """
+    if agent_ids is not None and len(agent_ids):
+        roles = int(agent_ids.max()) + 1
+        episode_index = episode_index.long() * roles + agent_ids.long()
+        group_ids = group_ids.long() * roles + agent_ids.long()
+    inverse, first = episode_rows(episode_index)
+    return inverse, first, group_ids[first]

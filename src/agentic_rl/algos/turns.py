@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from agentic_rl.algos.advantages import episode_rows, grpo_advantages
+from agentic_rl.algos.advantages import grpo_advantages
 from agentic_rl.algos.masked import as_bool_mask
 
 
@@ -197,27 +197,3 @@ def turn_values(values: Tensor, turn_ids: Tensor, starts: Tensor, width: int) ->
     rows, cols = starts.nonzero(as_tuple=True)
     out[rows, turn_ids[rows, cols]] = values.detach().float()[rows, cols]
     return out
-
-
-def turn_units(
-    episode_index: Tensor, group_ids: Tensor, agent_ids: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The units whose turns are credited together, and the groups they are compared in.
-
-    A unit is an episode, whose turns may be spread over several rows (``episode_index``);
-    in a multi-agent episode (``agent_ids``) it is one role's turns in the episode, the pair
-    ``(e, k)``, compared within ``(task group, k)``: turn ``j`` of a unit is then always that
-    role's ``j``-th turn, never another agent's (MT-GRPO's turn index and Turn-PPO's turn
-    sequence are each role's own, as MATPO / ReMA give each role its own trajectory).
-    E.g. ``episode_index`` ``[0, 0, 0, 1]``, ``agent_ids`` ``[0, 1, 0, 1]``, ``group_ids``
-    ``[3, 3, 3, 3]`` -> units ``(0, 0), (0, 1), (0, 0), (1, 1)``: ``inverse`` ``[0, 1, 0, 2]``,
-    ``first`` ``[0, 1, 3]`` and the units' groups ``[6, 7, 7]`` (group x roles + role).
-    Shapes: ``[N]`` long each -> ``inverse`` ``[N]`` (each row's unit, numbered ``0..U-1``),
-    ``first`` ``[U]`` (each unit's first row), ``groups`` ``[U]`` long.
-    """
-    if agent_ids is not None and len(agent_ids):
-        roles = int(agent_ids.max()) + 1
-        episode_index = episode_index.long() * roles + agent_ids.long()
-        group_ids = group_ids.long() * roles + agent_ids.long()
-    inverse, first = episode_rows(episode_index)
-    return inverse, first, group_ids[first]

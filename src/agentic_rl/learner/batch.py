@@ -355,8 +355,8 @@ def episode_turn_tensors(
     samples of an episode are a unit of their own, in their order: the role's turns are
     numbered 0, 1, ... and its table holds its own step rewards, its last turn taking the
     role's reward beyond them (the team's outcome plus the role's own terms,
-    rollout/roles.py), so turn k is always the same role's k-th turn (algos/turns.py
-    `turn_units`).
+    rollout/roles.py), so turn k is always the same role's k-th turn (algos/roles.py
+    `role_units`).
     -> turn_ids [N, width] long (-1 off turns), turn_rewards [N, K], num_turns [N]."""
     rows = [s for samples in episodes for s in samples]
     units: list[list[int]] = []

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from agentic_rl.algos.gigpo import step_advantages
-from agentic_rl.algos.turns import turn_group_advantages, turn_slots, turn_units
+from agentic_rl.algos.roles import role_units
+from agentic_rl.algos.turns import turn_group_advantages, turn_slots
 from agentic_rl.config.schema import Config
 from agentic_rl.envs.base import SummaryMetrics, summary_metrics_of
 from agentic_rl.envs.registry import env_class
@@ -78,7 +79,7 @@ def advantage_metrics(batch: TrainBatch, gigpo_norm: str = "mean_std_norm") -> d
         # estimator; only for batches with such turns (multi-turn episode rows)
         turns, table, groups = batch.num_turns, batch.turn_rewards, batch.group_ids
         if batch.episode_turns and batch.episode_index is not None:  # each unit once
-            _, first, groups = turn_units(batch.episode_index, groups, batch.agent_ids)
+            _, first, groups = role_units(batch.episode_index, groups, batch.agent_ids)
             turns, table = turns[first], table[first]
         earlier = turn_slots(turns - 1, table.shape[1])
         if earlier.any():
