@@ -235,3 +235,45 @@ def test_role_actor_decodes_each_roles_prompts_with_its_adapter():
     # the two roles' policies differ: the same prompt and seed give other logprobs
     assert got[0].logprobs[0] != got[1].logprobs[0]
     assert role_actor(act, HFGenerator(load_policy(LORA)[0].get_base_model(), tokenizer)) is act
+
+
+def test_a_bf16_generator_decodes_each_role_with_its_adapter():
+    """rollout.mixed_precision=bf16: the generator decodes on a bfloat16 copy of the model that
+    holds every role's adapter; at each role switch the copy computes with the role's adapter,
+    so each role's sampled tokens carry its own policy's logprobs (float32 scoring of the same
+    tokens, to bfloat16 rounding), not those of the adapter active when the copy was made."""
+    policy, tokenizer = role_policy()
+    model = unwrap(policy)
+    generator = HFGenerator(model, tokenizer, max_batch_size=8, mixed_precision="bf16")
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=3)
+
+    def act(episodes, budgets, turn):
+        return generator.generate([ep.token_ids for ep in episodes], params)
+
+    prompt = tokenizer("question: 2 + 3 =")["input_ids"]
+    episodes = [
+        Episode(
+            env=None,
+            task=None,
+            group_id="g",
+            token_ids=list(prompt),
+            prompt_length=len(prompt),
+            role=r,
+        )
+        for r in ("solver", "verifier", "solver", "verifier")
+    ]
+    replies = role_actor(act, generator)(episodes, [6] * 4, 0)
+    cfg = load_config("solver_verifier", ["model.name=tiny", "rollout.mixed_precision=bf16"])
+    assert cfg.model.role_policies == "adapters"  # the setting loads (it was refused before)
+    for reply, ep in zip(replies, episodes, strict=True):
+        ids = torch.tensor([prompt + list(reply.token_ids)])
+        scored = {}
+        for role in ROLES:
+            with use_adapter(policy, role):
+                lp, _, _ = token_logprobs(model, ids, torch.ones_like(ids))
+            scored[role] = lp[0, len(prompt) :]
+        got = torch.tensor(reply.logprobs)
+        other = "verifier" if ep.role == "solver" else "solver"
+        own_error = (got - scored[ep.role]).abs().mean().item()  # bfloat16 rounding
+        other_error = (got - scored[other]).abs().mean().item()  # another policy
+        assert own_error < 0.1 and other_error > 3 * own_error, (ep.role, own_error, other_error)

@@ -30,6 +30,7 @@ from agentic_rl.backends.sampling import sample_step, sampling_entropy
 from agentic_rl.backends.streams import row_keys, stream_key, uniforms
 from agentic_rl.config.validate_engines import COMPILED_DECODE
 from agentic_rl.model.attention import register_if_used
+from agentic_rl.model.lora import active_adapters, adapter_names, set_active_adapters
 from agentic_rl.model.prefix_sharing import cache_keyword
 from agentic_rl.model.vision import Qwen2VLSpec, never_sampled_ids, spec_of_model, vision_inputs
 from agentic_rl.model.vocab_logprobs import mask_logits
@@ -99,6 +100,7 @@ class HFGenerator:
         self.mixed_precision = mixed_precision
         self._bf16_model: nn.Module | None = None
         self._bf16_version = -1
+        self._has_adapters = False  # the copy's LoRA adapters follow the model's active one
         # With bf16, the copy's linear layers run on oneDNN-packed weights (packed_linear.py)
         # and its attention on the model's (the matmul attention when model.fast_cpu_attention)
         # unless `choose_fast_paths` measures another combination faster on this machine
@@ -444,6 +446,7 @@ class HFGenerator:
         version = self._weights_version()
         if self._bf16_model is None:
             self._bf16_model = copy.deepcopy(self.model).eval()
+            self._has_adapters = bool(adapter_names(self.model))
             for param in self._bf16_model.parameters():
                 param.requires_grad_(False)
                 param.data = param.data.to(torch.bfloat16)
@@ -462,6 +465,12 @@ class HFGenerator:
             for layer in self._packed:
                 layer.repack()
         self._bf16_version = version
+        if self._has_adapters:
+            # role adapters (model.role_policies=adapters): `as_role` switches the model's
+            # active adapter; the copy holds every adapter and computes with the same one
+            active = active_adapters(self.model)
+            if active != active_adapters(self._bf16_model):
+                set_active_adapters(self._bf16_model, active)
         return self._bf16_model
 
     def _time_step(

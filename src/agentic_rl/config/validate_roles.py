@@ -164,12 +164,6 @@ def _validate_role_policies(cfg: Config) -> None:
             + ": use rollout.backend=hf",
         ),
         (
-            adapters and cfg.rollout.mixed_precision != "no",
-            "rollout.mixed_precision",
-            "the HF generator's "
-            "bf16 copy holds the adapters it was copied with: use rollout.mixed_precision=no",
-        ),
-        (
             ADVANTAGE_ESTIMATORS[cfg.algo.name].needs_value_head,
             "algo.name",
             f"{cfg.algo.name}'s "

@@ -135,39 +135,60 @@ def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
     return [p for n, p in model.named_parameters() if any(m in n for m in marks)]
 
 
+def active_adapters(model: nn.Module) -> tuple[str, ...]:
+    """The adapters `model` (a PEFT policy or its unwrapped base) computes with now; () for a
+    model without adapters."""
+    peft = sys.modules.get("peft")
+    if peft is None:
+        return ()
+    from peft.tuners.lora import LoraLayer
+
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            return tuple(module.active_adapters)
+    return ()
+
+
+def set_active_adapters(model: nn.Module, names: Sequence[str]) -> None:
+    """Make `names` the adapters `model` (a PEFT policy or its unwrapped base) computes with,
+    leaving every parameter's `requires_grad` as it was: PEFT's `set_adapter` also makes the
+    active adapter trainable, and which adapters train is `add_role_adapters`' decision (or,
+    on the generator's frozen bfloat16 copy, none)."""
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.tuners_utils import set_adapter
+
+    flags = [
+        (p, p.requires_grad)
+        for layer in model.modules()
+        if isinstance(layer, LoraLayer)
+        for p in layer.parameters()
+    ]
+    if is_lora(model):
+        model.base_model.set_adapter(list(names))  # keeps PEFT's own record in step too
+    else:
+        set_adapter(model, list(names))
+    for param, flag in flags:
+        param.requires_grad_(flag)
+
+
 @contextlib.contextmanager
 def use_adapter(model: nn.Module, name: str | None) -> Iterator[None]:
     """Compute with adapter `name` active (a role's own policy), then restore the one before.
 
-    Works on the PEFT policy and on its unwrapped base (the HF generator's model). PEFT's
-    `set_adapter` also flips `requires_grad` to train only the active adapter; the flags are
-    put back, so which adapters train stays what `add_role_adapters` decided. `None`: nothing
-    changes (a model without role adapters, a sample without a role)."""
+    Works on the PEFT policy and on its unwrapped base (the HF generator's model); which
+    adapters train is left as it was (`set_active_adapters`). `None`: nothing changes (a model
+    without role adapters, a sample without a role)."""
     if name is None:
         yield
         return
     if name not in adapter_names(model):
         raise ValueError(f"no adapter {name!r} on the policy (it has {adapter_names(model)})")
-    from peft.tuners.lora import LoraLayer
-    from peft.tuners.tuners_utils import set_adapter
-
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
-    before = list(layers[0].active_adapters)
-    flags = [(p, p.requires_grad) for layer in layers for p in layer.parameters()]
-
-    def activate(names: str | list[str]) -> None:
-        if is_lora(model):
-            model.base_model.set_adapter(names)  # keeps PEFT's own record in step too
-        else:
-            set_adapter(model, names)
-        for param, flag in flags:
-            param.requires_grad_(flag)
-
-    activate(name)
+    before = active_adapters(model)
+    set_active_adapters(model, [name])
     try:
         yield
     finally:
-        activate(before)
+        set_active_adapters(model, before)
 
 
 @contextlib.contextmanager
