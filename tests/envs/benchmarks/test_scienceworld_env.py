@@ -109,14 +109,19 @@ def test_the_gold_path_scores_100(env):
     assert opening.startswith("Task: Your task is to find a(n) non-living thing.")
     assert "Action templates: activate OBJ" in opening
     opening_points = env.score
-    rewards, points = [], []
+    rewards, points, by_type = [], [], []
     while True:
         result = env.step(act(env.expert_turn()[len("<action>") : -len("</action>")]))
         rewards.append(result.reward)
         points.append(result.info["env/score"])
+        by_type.append(result.info)
         if result.terminated:
             break
     assert sum(points) == 100 and result.info["success"] == 1.0 and env.raw_score == 100
+    # the task type's own score and success: summed over the episode, as the rollout sums them
+    assert sum(i["env/score@find-non-living-thing"] for i in by_type) == 100
+    assert [i["env/success@find-non-living-thing"] for i in by_type][-1] == 1.0
+    assert sum(i["env/success@find-non-living-thing"] for i in by_type) == 1.0
     # the return: the final score less the points the opening "look around" earned, / 100
     assert sum(rewards) == pytest.approx((100 - opening_points) / 100)
 
@@ -128,6 +133,8 @@ def test_a_failed_task_counts_0(env):
     result = env.step(act("focus on air"))  # air is not alive: the task fails
     assert result.terminated and result.info["success"] == 0.0
     assert env.raw_score == -100 and result.info["env/score"] == 0.0
+    assert result.info["env/success@find-living-thing"] == 0.0
+    assert result.info["env/score@find-living-thing"] == 0.0
     assert result.reward == pytest.approx(-opening / 100)
 
 

@@ -113,6 +113,9 @@ def test_gold_paths_reach_score_1():
         results = play_expert(env)
         assert results[-1].terminated and results[-1].info["success"] == 1.0, task.task_id
         assert sum(r.info["env/score"] for r in results) == pytest.approx(1.0), task.task_id
+        game = task.fields["game"]  # the game's own score and success, summed over the episode
+        assert sum(r.info[f"env/score@{game}"] for r in results) == pytest.approx(1.0)
+        assert sum(r.info[f"env/success@{game}"] for r in results) == 1.0, task.task_id
         assert sum(r.reward for r in results) == pytest.approx(1.0), task.task_id
 
 

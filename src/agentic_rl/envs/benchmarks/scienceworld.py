@@ -217,6 +217,7 @@ class ScienceWorldEnv(JvmTextGame):
     """ScienceWorld's science tasks, scored 0-100 by the benchmark (see the module doc)."""
 
     system_text = SYSTEM_PROMPT
+    subset_field = "task_name"  # env/score@<task_name>, env/success@<task_name>
     loaded: tuple[str, int, str, bool] | None  # (task, variation, simplifications, gold)
 
     def __init__(

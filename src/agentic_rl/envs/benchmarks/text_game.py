@@ -76,6 +76,11 @@ class BenchmarkTextGame(DiscreteActionEnv):
     anchor_states = True
     restrict_to_valid = False  # True: only the valid actions parse (others are invalid)
     system_text = ""  # the subclass's system prompt; {k} = max_actions_per_turn
+    # The task field naming the task's subset (a task type, a game): each step also reports
+    # env/score@<subset> and env/success@<subset>, so an evaluation over several subsets gives
+    # each one's mean score and success rate (summary metrics over the episodes that report
+    # them, train/summary.py). "" = no per-subset metrics.
+    subset_field = ""
 
     def __init__(
         self,
@@ -101,6 +106,7 @@ class BenchmarkTextGame(DiscreteActionEnv):
         self.unknown = 0  # commands of this turn the simulator did not understand
         self.score = 0.0  # the benchmark's score now, in its units
         self.reported = 0.0  # the score already reported in env/score this episode
+        self.won_reported = False  # the success already reported in env/success@<subset>
         self.finished = False  # the simulator ended the episode (solved or failed)
         self.won = False
         self.gold: list[str] | None = None
@@ -134,6 +140,7 @@ class BenchmarkTextGame(DiscreteActionEnv):
         self.finished = self.won = False
         self.goal, self.intro = self._start(task)
         self.reported = 0.0
+        self.won_reported = False
         self._refresh()
 
     def _refresh(self) -> None:
@@ -192,6 +199,11 @@ class BenchmarkTextGame(DiscreteActionEnv):
             result.reward -= self.format_penalty  # a command the simulator did not understand
             result.info["invalid_action"] = 1
         result.info["env/score"] = self.score - self.reported
+        subset = self.task.fields.get(self.subset_field) if self.subset_field else None
+        if subset:  # per-step deltas: their sums over the episode are its score and success
+            result.info[f"env/score@{subset}"] = result.info["env/score"]
+            result.info[f"env/success@{subset}"] = float(self.won) - float(self.won_reported)
+            self.won_reported = self.won
         self.reported = self.score
         return result
 

@@ -179,6 +179,7 @@ class TextWorldExpressEnv(JvmTextGame):
 
     restrict_to_valid = True
     system_text = SYSTEM_PROMPT
+    subset_field = "game"  # env/score@<game>, env/success@<game>
     loaded: tuple[str, str] | None  # (game, params)
 
     def __init__(
