@@ -7,7 +7,8 @@ Arms (each run a separate `agentic-rl train` process, budgeted in RL steps, time
   * search_single     recipe search_r1_grpo (one search agent on the same two-hop questions),
                       set to the team's budget: 2 tasks x 8 episodes a step, up to 10 turns of
                       48 tokens each (the team: up to 10 conversations of 48 tokens), so both
-                      arms may decode at most 480 tokens an episode and 7,680 a step
+                      arms may decode at most 480 tokens an episode and 7,680 a step;
+                      both arms on the same 100 held-out questions, in bf16 autocast
   * solver_verifier   recipe solver_verifier as first measured: a LoRA adapter per role, GRPO
                       grouped per role, the verifier's term summed over its verdicts
                       (env.options.verdict_credit=sum), no solver term
@@ -60,6 +61,11 @@ from arms import arm_parser, gain_summary, plot_arms, run_arms, seed_mean  # noq
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multi_agent.json"
 BUDGET = ["rollout.tasks_per_step=2", "rollout.group_size=8", "rollout.max_tokens_per_turn=48"]
+# The team and the single agent are compared on the same 100 held-out questions (both envs make
+# their tasks with make_multihop_tasks; the single agent's recipe evaluates 50), sampling and
+# learning in bf16 autocast (about twice as fast on a CPU with AVX512-BF16 / AMX; both arms alike)
+SEARCH_ARMS = [*BUDGET, "rollout.max_turns=10", "env.num_eval_tasks=100"]
+SEARCH_ARMS += ["rollout.mixed_precision=bf16", "learner.mixed_precision=bf16"]
 
 
 def credit(solver_reward: float, verdict_credit: str) -> list[str]:
@@ -72,8 +78,8 @@ def credit(solver_reward: float, verdict_credit: str) -> list[str]:
 
 
 RECIPES: dict[str, tuple[str, list[str]]] = {  # arm -> (recipe, its overrides)
-    "planner_executor": ("planner_executor", [*BUDGET, "rollout.max_turns=10"]),
-    "search_single": ("search_r1_grpo", [*BUDGET, "rollout.max_turns=10"]),
+    "planner_executor": ("planner_executor", SEARCH_ARMS),
+    "search_single": ("search_r1_grpo", SEARCH_ARMS),
     # the solver / verifier arms name both reward options, so an arm's runs stay what they
     # were whatever the recipe's defaults become
     "solver_verifier": ("solver_verifier", credit(0.0, "sum")),

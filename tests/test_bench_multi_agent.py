@@ -24,8 +24,12 @@ def test_the_team_and_the_single_agent_get_the_same_token_budget():
     budgets = {}
     for arm in ("planner_executor", "search_single"):
         recipe, overrides = bench.RECIPES[arm]
-        cfg = load_config(recipe, ["model.name=tiny", *overrides]).rollout
+        full = load_config(recipe, ["model.name=tiny", *overrides])
+        cfg = full.rollout
         budgets[arm] = (cfg.tasks_per_step, cfg.group_size, cfg.max_turns * cfg.max_tokens_per_turn)
+        # the same 100 held-out questions, both arms in bf16 autocast
+        assert full.env.num_eval_tasks == 100, arm
+        assert (cfg.mixed_precision, full.learner.mixed_precision) == ("bf16", "bf16"), arm
     assert budgets["planner_executor"] == budgets["search_single"] == (2, 8, 480)
     cfg = load_config(bench.RECIPES["solver_verifier"][0], ["model.name=tiny"])
     assert cfg.model.role_policies == "adapters" and cfg.algo.role_groups
