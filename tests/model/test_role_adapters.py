@@ -11,6 +11,8 @@ import torch
 
 pytest.importorskip("peft")
 
+from role_episodes import role_episodes  # noqa: E402
+
 from agentic_rl.backends.hf import HFGenerator  # noqa: E402
 from agentic_rl.checkpoint.io import load_checkpoint, save_checkpoint  # noqa: E402
 from agentic_rl.checkpoint.layout import ADAPTER_DIR  # noqa: E402
@@ -30,7 +32,6 @@ from agentic_rl.model.lora import (  # noqa: E402
     unwrap,
     use_adapter,
 )
-from agentic_rl.rollout.episode import Episode  # noqa: E402
 from agentic_rl.rollout.roles import role_actor  # noqa: E402
 from agentic_rl.types import Completion, SamplingParams, Trajectory  # noqa: E402
 
@@ -211,18 +212,7 @@ def test_role_actor_decodes_each_roles_prompts_with_its_adapter():
     def act(episodes, budgets, turn):
         return generator.generate([ep.token_ids for ep in episodes], params)
 
-    prompt = tokenizer("question: 2 + 3 =")["input_ids"]
-    episodes = [
-        Episode(
-            env=None,
-            task=None,
-            group_id="g",
-            token_ids=list(prompt),
-            prompt_length=len(prompt),
-            role=r,
-        )
-        for r in ("solver", "verifier", "solver")
-    ]
+    episodes = role_episodes(tokenizer, ("solver", "verifier", "solver"))
     got = role_actor(act, generator)(episodes, [6, 6, 6], 0)
     for role in ROLES:
         with use_adapter(policy, role):
@@ -250,18 +240,8 @@ def test_a_bf16_generator_decodes_each_role_with_its_adapter():
     def act(episodes, budgets, turn):
         return generator.generate([ep.token_ids for ep in episodes], params)
 
-    prompt = tokenizer("question: 2 + 3 =")["input_ids"]
-    episodes = [
-        Episode(
-            env=None,
-            task=None,
-            group_id="g",
-            token_ids=list(prompt),
-            prompt_length=len(prompt),
-            role=r,
-        )
-        for r in ("solver", "verifier", "solver", "verifier")
-    ]
+    episodes = role_episodes(tokenizer, ("solver", "verifier", "solver", "verifier"))
+    prompt = episodes[0].token_ids
     replies = role_actor(act, generator)(episodes, [6] * 4, 0)
     cfg = load_config("solver_verifier", ["model.name=tiny", "rollout.mixed_precision=bf16"])
     assert cfg.model.role_policies == "adapters"  # the setting loads (it was refused before)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from role_episodes import role_episodes
 from safetensors.torch import load_file
 
 from agentic_rl.backends.base import make_generator, shares_weights, sync_weights
@@ -24,7 +25,6 @@ from agentic_rl.learner.batch import collate
 from agentic_rl.learner.update import adamw, forward_no_grad, update
 from agentic_rl.model.load import frozen_copy, load_policy, token_logprobs
 from agentic_rl.model.roles import RoleModels, as_role, role_policies
-from agentic_rl.rollout.episode import Episode
 from agentic_rl.rollout.roles import role_actor
 from agentic_rl.types import SamplingParams, Trajectory
 
@@ -152,21 +152,6 @@ def test_a_frozen_roles_model_is_bit_identical_after_steps_with_advantage():
     assert changed and all(n.startswith("models.verifier.") for n in changed)
 
 
-def episodes_of(tokenizer, roles):
-    prompt = tokenizer("question: 2 + 3 =")["input_ids"]
-    return [
-        Episode(
-            env=None,
-            task=None,
-            group_id="g",
-            token_ids=list(prompt),
-            prompt_length=len(prompt),
-            role=r,
-        )
-        for r in roles
-    ]
-
-
 def test_the_generator_decodes_each_role_with_its_own_model():
     policy, tokenizer = role_models()
     cfg = load_config(None, ["model.name=tiny"])
@@ -179,8 +164,8 @@ def test_the_generator_decodes_each_role_with_its_own_model():
         return generator.generate([ep.token_ids for ep in episodes], params)
 
     with pytest.raises(ValueError, match="inside as_role"):
-        act(episodes_of(tokenizer, ["solver"]), [6], 0)
-    episodes = episodes_of(tokenizer, ["solver", "verifier", "solver"])
+        act(role_episodes(tokenizer, ["solver"]), [6], 0)
+    episodes = role_episodes(tokenizer, ["solver", "verifier", "solver"])
     first = role_actor(act, generator)(episodes, [6, 6, 6], 0)
     assert policy.active is None
     assert first[0].logprobs[0] != first[1].logprobs[0]  # one prompt and seed, two policies
@@ -200,7 +185,7 @@ def test_in_bf16_each_roles_generator_decodes_from_its_own_copy_of_its_model():
     cfg = load_config(None, ["model.name=tiny", "rollout.mixed_precision=bf16"])
     generator = make_generator(cfg, policy, tokenizer)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=7)
-    episodes = episodes_of(tokenizer, ["verifier", "solver"])
+    episodes = role_episodes(tokenizer, ["verifier", "solver"])
 
     def act(episodes, budgets, turn):
         return generator.generate([ep.token_ids for ep in episodes], params)
