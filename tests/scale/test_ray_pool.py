@@ -213,10 +213,11 @@ def test_dead_cluster_is_reported_and_a_rerun_resumes(tmp_path):
     cmd = [
         sys.executable, "-m", "agentic_rl.cli", "train", "calculator_grpo", "--smoke", *FAST,
         f"trainer.out_dir={tmp_path}", "rollout.max_turns=1", "ray.enabled=true",
-        # 60 s: the first env call waits for Ray to start its workers, which took over 30 s
-        # on a 2-core machine shared with a model run and other tests; a dead cluster is still
-        # reported well within the 240 s the test waits.
-        "ray.num_cpus=2", "ray.call_timeout_s=60", "env.tool_timeout_s=5",
+        # 120 s: the first env call waits for Ray to start its workers, which took over 30 s
+        # on a 2-core machine shared with a model run and other tests, and over 60 s with a
+        # model run and the whole suite; a dead cluster is still noticed within a slice of the
+        # wait (ray_pool.py CLUSTER_CHECK_S), well within the 240 s the test waits.
+        "ray.num_cpus=2", "ray.call_timeout_s=120", "env.tool_timeout_s=5",
         # Steps left after the first checkpoint, so the kill lands mid-run even on a slow
         # machine (with 2 steps a loaded machine could finish before the kill took effect).
         "trainer.steps=6",
