@@ -109,18 +109,21 @@ def add_role_adapters(
             param.requires_grad_(not trained or role in trained)
 
 
+def _first_lora_layer(model: nn.Module) -> Any | None:
+    """The first LoRA layer of `model` (a PEFT policy or its unwrapped base), None for a model
+    without adapters (or when peft was never imported: then none can exist)."""
+    if sys.modules.get("peft") is None:
+        return None
+    from peft.tuners.lora import LoraLayer
+
+    return next((m for m in model.modules() if isinstance(m, LoraLayer)), None)
+
+
 def adapter_names(model: nn.Module) -> tuple[str, ...]:
     """The named adapters `model` (a PEFT policy or its unwrapped base) carries, in the order
     they were added; () for a model without adapters."""
-    peft = sys.modules.get("peft")
-    if peft is None:
-        return ()
-    from peft.tuners.lora import LoraLayer
-
-    for module in model.modules():
-        if isinstance(module, LoraLayer):
-            return tuple(module.lora_A.keys())
-    return ()
+    layer = _first_lora_layer(model)
+    return () if layer is None else tuple(layer.lora_A.keys())
 
 
 def role_adapters(model: nn.Module) -> tuple[str, ...]:
@@ -138,15 +141,8 @@ def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
 def active_adapters(model: nn.Module) -> tuple[str, ...]:
     """The adapters `model` (a PEFT policy or its unwrapped base) computes with now; () for a
     model without adapters."""
-    peft = sys.modules.get("peft")
-    if peft is None:
-        return ()
-    from peft.tuners.lora import LoraLayer
-
-    for module in model.modules():
-        if isinstance(module, LoraLayer):
-            return tuple(module.active_adapters)
-    return ()
+    layer = _first_lora_layer(model)
+    return () if layer is None else tuple(layer.active_adapters)
 
 
 def set_active_adapters(model: nn.Module, names: Sequence[str]) -> None:
