@@ -22,9 +22,11 @@ EXAMPLES = {
         [r"q0-0-0: reward -?\d\.\d{3}, \d+ tool calls", r"GRPO update on 2 episodes"],
     ),
     "byo_team.py": (
-        ["--questions", "1", "--group-size", "2", "--max-tokens", "4", "--train-roles", "verifier"],
+        # 4 plays of 8 tokens: the verifier's group has reward variance unless all four replies
+        # decode to the same length (about 1e-4; 2 plays of 4 tokens tied about once in 10)
+        ["--questions", "1", "--group-size", "4", "--max-tokens", "8", "--train-roles", "verifier"],
         [r"serving a team of roles solver, verifier", r"q0-0: solver proposed",
-         r"GRPO update on 4 episodes \(both roles\), skipped False; "
+         r"GRPO update on 8 episodes \(both roles\), skipped False; "
          r"adapter moved: solver no, verifier yes"],
     ),
     "own_levels.py": (
