@@ -83,3 +83,35 @@ def test_smoke_trains_and_reports_accuracy_per_category(tmp_path, scripted):
         expected = {f"env/accuracy@{c}": 1.0 for c in MULTI_TURN}
         # and BFCL's multi-turn score, the mean of the four (envs/benchmarks/bfcl_score.py)
         assert accuracy == expected | {"env/accuracy@multi_turn": 1.0}, stage
+
+
+def test_every_reported_prompt_and_its_episode_fit_the_bundled_models_positions():
+    """The recipe writes BFCL's function docs in its python variant so that every reported
+    entry's opening prompt plus the episode's token budget fits the bundled model's 8,192
+    positions; with BFCL's default json docs some would not (prompts up to ~9,600 tokens)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from agentic_rl.envs.from_config import make_envs, make_tasks
+    from agentic_rl.model.load import bundled_model_dir
+
+    cfg = load_config("bfcl_multi_turn", ["env.num_eval_tasks=640"])
+    assert cfg.model.name == "smollm2-135m"
+    positions = AutoConfig.from_pretrained(bundled_model_dir()).max_position_embeddings
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    tasks = make_tasks(cfg, "eval")
+    assert len(tasks) == 640
+
+    def longest_prompt(cfg) -> int:
+        env = make_envs(cfg, 1)[0]
+        texts = (
+            tokenizer.apply_chat_template(
+                env.reset(task, 0).messages, tokenize=False, add_generation_prompt=True
+            )
+            for task in tasks
+        )
+        return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+
+    python_docs = longest_prompt(cfg)
+    assert python_docs > 3000 and python_docs + cfg.rollout.max_total_tokens <= positions
+    json_docs = load_config("bfcl_multi_turn", ["env.options.function_doc_format=json"])
+    assert longest_prompt(json_docs) + cfg.rollout.max_total_tokens > positions

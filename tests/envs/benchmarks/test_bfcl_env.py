@@ -4,6 +4,8 @@ the entry's API methods with literal arguments reaches BFCL's `eval`."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is installed by make setup (--no-deps)")
@@ -12,7 +14,7 @@ pytest.importorskip("tree_sitter", reason="the bfcl extra: tree-sitter 0.21")
 from agentic_rl.config.load import load_config  # noqa: E402
 from agentic_rl.config.parse import ConfigError  # noqa: E402
 from agentic_rl.envs.benchmarks import bfcl_data  # noqa: E402
-from agentic_rl.envs.benchmarks.bfcl import BFCLEnv  # noqa: E402
+from agentic_rl.envs.benchmarks.bfcl import BFCLEnv, opening_messages  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl_calls import expert_calls  # noqa: E402
 from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
     MULTI_TURN,
@@ -28,7 +30,7 @@ from agentic_rl.envs.benchmarks.bfcl_data import (  # noqa: E402
 )
 from agentic_rl.envs.benchmarks.bfcl_multi_turn import BFCLMultiTurnEnv, refusal  # noqa: E402
 from agentic_rl.envs.check import check_env  # noqa: E402
-from agentic_rl.envs.from_config import make_tasks  # noqa: E402
+from agentic_rl.envs.from_config import make_envs, make_tasks  # noqa: E402
 from agentic_rl.envs.registry import make_env, task_generator  # noqa: E402
 from agentic_rl.types import Action, Task  # noqa: E402
 
@@ -299,3 +301,74 @@ def test_every_step_before_the_verdict_reports_the_category_as_failed():
     env.reset(single, 0)
     malformed = env.step(Action(kind="tool", raw="<search>x</search>", error="not a call list"))
     assert malformed.info[f"env/accuracy@{single.fields['category']}"] == 0.0
+
+
+# -- function-doc formats (BFCL's prompt variants) --------------------------------------------
+
+
+def test_json_docs_are_bfcls_own_system_prompt_exactly():
+    """The default path writes the messages BFCL's prompting handler writes, for entries with
+    and without a system message of their own, single- and multi-turn."""
+    handler = bfcl_data.bfcl().handler
+    ids = [
+        t.task_id for t in make_bfcl_tasks("eval", 8, 0) + make_bfcl_multi_turn_tasks("eval", 4, 0)
+    ]
+    with_system = [
+        i
+        for c in SINGLE_TURN_TRAIN
+        for i, e in bfcl_data.entries(c).items()
+        if e["question"][0][0]["role"] == "system"
+    ][:2]
+    assert with_system, "BFCL's live data has entries with their own system message"
+    for entry_id in ids + with_system:
+        test_entry = entry(entry_id)
+        turn = test_entry["question"][0]
+        bfcls = handler.system_prompt_pre_processing_chat_model(
+            copy.deepcopy(turn), test_entry["function"], entry_id
+        )
+        assert opening_messages(test_entry, turn) == [
+            {"role": m["role"], "content": m["content"]} for m in bfcls
+        ]
+
+
+def test_python_docs_are_bfcls_python_variant_and_shorter():
+    task = make_bfcl_multi_turn_tasks("eval", 1, 0)[0]
+    test_entry = entry(task.task_id)
+    json_prompt = BFCLMultiTurnEnv().reset(task, 0).messages[0]["content"]
+    python_prompt = (
+        BFCLMultiTurnEnv(function_doc_format="python").reset(task, 0).messages[0]["content"]
+    )
+    docs = bfcl_data.bfcl().handler.format_function_doc(test_entry["function"], "python")
+    assert docs in python_prompt and docs not in json_prompt
+    assert '"name": "cd"' in json_prompt and "# Function: cd" in python_prompt
+    assert len(python_prompt) < 0.6 * len(json_prompt)
+    # everything around the docs is BFCL's same prompt
+    assert (
+        python_prompt.split("# Function:")[0].split("python format")[0]
+        == (json_prompt.split("json format")[0])
+    )
+
+
+def test_miss_func_held_out_docs_follow_the_doc_format():
+    task = next(
+        t
+        for t in make_bfcl_multi_turn_tasks("eval", 8, 0)
+        if t.fields["category"] == "multi_turn_miss_func"
+    )
+    held_out = entry(task.task_id)["missed_function"]
+    turn = int(next(iter(held_out)))
+    for doc_format, marker in (("json", "{'name': "), ("python", "# Function: ")):
+        env = BFCLMultiTurnEnv(function_doc_format=doc_format)
+        env.reset(task, 0)
+        message = env._turn_messages(turn)[0]["content"]
+        assert marker in message and message.endswith("What about now?")
+
+
+def test_an_unknown_doc_format_is_refused_before_the_model_loads():
+    """`train.setup.build` makes an env before it loads a model, so a bad option fails in
+    seconds; the message names the option and BFCL's formats."""
+    cfg = load_config("bfcl_multi_turn", ["env.options.function_doc_format=yaml"])
+    with pytest.raises(ValueError, match=r"function_doc_format must be one of \('json', 'python'"):
+        make_envs(cfg, 1)
+    with pytest.raises(ValueError, match="function_doc_format must be one of"):
+        BFCLEnv(function_doc_format="markdown")

@@ -89,13 +89,47 @@ def reply_text(action: Action) -> str | None:
     return None
 
 
-def opening_messages(test_entry: dict[str, Any], turn: list[Message]) -> list[Message]:
-    """BFCL's system prompt for a prompting model (its `system_prompt_pre_processing_chat_model`,
-    which merges a system message the entry brings) followed by the entry's first turn."""
-    messages = bfcl().handler.system_prompt_pre_processing_chat_model(
-        copy.deepcopy(turn), test_entry["function"], test_entry["id"]
-    )
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+FUNCTION_DOC_FORMATS = ("json", "python", "xml")
+"""The function-doc layouts of BFCL's own prompt variants (its format-sensitivity study,
+`func_doc_fmt`): json is its default and the leaderboard's; python writes each function as a
+docstring stub and takes ~45% of json's tokens on the multi-turn entries (median 3,110 tokens
+against 7,197 with the bundled model's tokenizer), so those prompts fit a model with 8k
+positions."""
+
+
+def check_function_doc_format(function_doc_format: str) -> str:
+    if function_doc_format not in FUNCTION_DOC_FORMATS:
+        raise ValueError(
+            f"function_doc_format must be one of {FUNCTION_DOC_FORMATS} (BFCL's func_doc_fmt), "
+            f"got {function_doc_format!r}"
+        )
+    return function_doc_format
+
+
+def function_docs(functions: list[dict[str, Any]], function_doc_format: str) -> str:
+    """Function docs written as BFCL writes them in a prompt variant's system prompt."""
+    return bfcl().handler.format_function_doc(functions, function_doc_format)
+
+
+def opening_messages(
+    test_entry: dict[str, Any], turn: list[Message], function_doc_format: str = "json"
+) -> list[Message]:
+    """BFCL's system prompt for a prompting model followed by the entry's first turn.
+
+    BFCL's `system_prompt_pre_processing_chat_model`, with the function docs in
+    `function_doc_format`: the entry's own prompt variant (BFCL's default for every category
+    used here) with only its `func_doc_fmt` replaced, and a system message the entry brings
+    merged after it as BFCL merges it. With json the messages are BFCL's exactly (tested)."""
+    handler = bfcl().handler
+    variant = bfcl().utils.extract_prompt_format_from_id(test_entry["id"])
+    variant = re.sub(r"func_doc_fmt=\w+", f"func_doc_fmt={function_doc_format}", variant)
+    system = handler.formulate_system_prompt(variant, test_entry["function"])
+    messages = [{"role": m["role"], "content": m["content"]} for m in copy.deepcopy(turn)]
+    if messages and messages[0]["role"] == "system":
+        messages[0]["content"] = system + "\n\n" + messages[0]["content"]
+    else:
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
 
 
 class BFCLEnv:
@@ -105,9 +139,10 @@ class BFCLEnv:
     summary_metrics = staticmethod(bfcl_summary_metrics)
     """BFCL's aggregate scores over the per-category accuracies of an evaluation."""
 
-    def __init__(self, format_penalty: float = 0.1) -> None:
+    def __init__(self, format_penalty: float = 0.1, function_doc_format: str = "json") -> None:
         self.tools: list[Tool] = []
         self.format_penalty = format_penalty
+        self.function_doc_format = check_function_doc_format(function_doc_format)
         self.task: Task | None = None
         self.done = False
 
@@ -115,7 +150,10 @@ class BFCLEnv:
         """BFCL's system prompt and the entry's question."""
         test_entry = entry(task.task_id)
         self.task, self.done = task, False
-        return Observation(messages=opening_messages(test_entry, test_entry["question"][0]))
+        first_turn = test_entry["question"][0]
+        return Observation(
+            messages=opening_messages(test_entry, first_turn, self.function_doc_format)
+        )
 
     def step(self, action: Action) -> StepResult:
         """Score the reply with BFCL's checker (ends the episode); a malformed turn is an error

@@ -3,7 +3,9 @@ API classes and the episode is scored by BFCL's own state and response checks.
 
 An episode is one entry of multi_turn_base, _miss_func, _miss_param or _long_context, played as
 BFCL's prompting inference plays it (`BaseHandler.inference_multi_turn_prompting`):
-- the opening is BFCL's system prompt with the entry's function docs and the first user turn;
+- the opening is BFCL's system prompt with the entry's function docs and the first user turn
+  (the docs as json, BFCL's default; `function_doc_format=python` writes them as BFCL's python
+  prompt variant does, in ~45% of the tokens, which a model with 8k positions needs here);
 - each model turn is one BFCL step: a reply that BFCL's decoder reads as calls
   (`[cd(folder='document'), ls()]`) is executed with BFCL's executor on this episode's API
   instances (file system, messaging, trading... with the entry's initial state), and the results
@@ -45,6 +47,8 @@ from typing import Any
 
 from agentic_rl.envs.benchmarks.bfcl import (
     accuracy_key,
+    check_function_doc_format,
+    function_docs,
     invalid_reply,
     not_yet_passed,
     opening_messages,
@@ -101,9 +105,10 @@ class BFCLMultiTurnEnv:
     """check_env's bound on the expert's turns: two per user turn (calls, then `[]`); the
     longest entry takes 15."""
 
-    def __init__(self, format_penalty: float = 0.1) -> None:
+    def __init__(self, format_penalty: float = 0.1, function_doc_format: str = "json") -> None:
         self.tools: list[Tool] = []
         self.format_penalty = format_penalty
+        self.function_doc_format = check_function_doc_format(function_doc_format)
         self.task: Task | None = None
         self.done = False
         self._base = f"agentic_rl_{os.getpid()}_{next(_EPISODES)}"
@@ -130,15 +135,25 @@ class BFCLMultiTurnEnv:
             name for c in test_entry["involved_classes"] for name in method_parameters(c)
         }
         self._expert: list[str] | None = None
-        return Observation(messages=opening_messages(test_entry, self._turn_messages(0)))
+        first_turn = self._turn_messages(0)
+        return Observation(
+            messages=opening_messages(test_entry, first_turn, self.function_doc_format)
+        )
 
     def _turn_messages(self, turn: int) -> list[dict[str, str]]:
-        """The user messages of `turn` (miss_func: BFCL's message revealing held-out docs)."""
+        """The user messages of `turn` (miss_func: BFCL's message revealing held-out docs).
+
+        BFCL writes the held-out docs into that message as the list itself (json, its
+        default); its prompt variants never reach the multi-turn categories, so under another
+        `function_doc_format` they are written as the system prompt writes the others."""
         test_entry = self._entry()
         held_out = test_entry.get("missed_function", {})
         if str(turn) in held_out:
             template = bfcl().prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
-            return [{"role": "user", "content": template.format(functions=held_out[str(turn)])}]
+            docs = held_out[str(turn)]
+            if self.function_doc_format != "json":
+                docs = function_docs(docs, self.function_doc_format)
+            return [{"role": "user", "content": template.format(functions=docs)}]
         return list(test_entry["question"][turn])
 
     # -- the protocol ----------------------------------------------------------------------
