@@ -34,8 +34,9 @@ avx512f, avx512_bf16, avx512_vnni, amx_*), nproc, torch version, oneDNN (mkldnn)
 and bf16 support, the OMP/MKL environment, each child's torch thread counts and the generator's
 fast-path choices, and the load average before and after every child.
 
-    # ~12 min on the idle 2-core CPU: 3 rounds (the default) x (fp32, bf16) x (ours, TRL)
-    .venv/bin/python bench/vs_trl.py --precision fp32,bf16 --trl-attention bf16-eager --steps 3
+    # ~14 min on the idle 2-core CPU: TRL's attention measured per precision (--trl-attention
+    # auto, the default), then 3 rounds (the default) x (fp32, bf16) x (ours, TRL)
+    .venv/bin/python bench/vs_trl.py --precision fp32,bf16 --steps 3
     .venv/bin/python bench/vs_trl.py --rounds 1 --steps 1 --warmup 0 --max-new-tokens 8  # smoke
 
 Writes bench/results/vs_trl.json (`--out`). stdout ends with `speedup_vs_trl: X.XX`: the median
@@ -583,19 +584,71 @@ def child_main(args: argparse.Namespace) -> None:
     Path(args.result_file).write_text(json.dumps(result, indent=2, default=str))
 
 
-def trl_attention(choice: str, precision: str) -> str:
-    """The TRL model's attn_implementation for `precision` under --trl-attention `choice`."""
+ATTENTIONS = ("sdpa", "eager")  # TRL's model: the Transformers attention implementations
+
+
+def trl_attention(choice: str, precision: str, chosen: dict[str, str] | None = None) -> str:
+    """The TRL model's attn_implementation for `precision` under --trl-attention `choice`
+    (`auto`: the one the calibration `chosen` for that precision)."""
+    if choice == "auto":
+        if not chosen or precision not in chosen:
+            raise ValueError(f"--trl-attention auto: no calibrated choice for {precision}")
+        return chosen[precision]
     if choice == "bf16-eager":
         return "eager" if precision == "bf16" else "sdpa"
     return choice
 
 
+def faster_attention(calibration: dict[str, dict[str, Any]]) -> str:
+    """The attention whose calibration child had the lower median measured step (a tie keeps
+    the Transformers default, sdpa). `calibration`: attention -> that TRL child's result."""
+    medians = {name: aggregate(result)["step_s"]["median"] for name, result in calibration.items()}
+    return min(ATTENTIONS, key=lambda name: (medians.get(name, float("inf")), name != "sdpa"))
+
+
+def calibrate_trl_attention(
+    args: argparse.Namespace, precisions: list[str], log_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """--trl-attention auto: per precision, one short TRL child with each attention (the order
+    alternating by precision so a drift of the machine favours neither), and the faster one.
+    Returns precision -> {"chosen", "median_step_s": {attention: s}, "steps_measured"}."""
+    short = argparse.Namespace(**{**vars(args), "steps": args.calibration_steps, "warmup": 1})
+    report: dict[str, dict[str, Any]] = {}
+    for index, precision in enumerate(precisions):
+        order = ATTENTIONS if index % 2 == 0 else ATTENTIONS[::-1]
+        results = {
+            name: run_child("trl", short, log_dir, precision, f"-cal-{precision}-{name}", name)
+            for name in order
+        }
+        chosen = faster_attention(results)
+        medians = {n: aggregate(r)["step_s"]["median"] for n, r in results.items()}
+        report[precision] = {
+            "chosen": chosen,
+            "median_step_s": medians,
+            "steps_measured": args.calibration_steps,
+        }
+        print(
+            f"TRL attention, {precision}: {chosen} ("
+            + ", ".join(f"{n} {m:.2f}s" for n, m in medians.items())
+            + f" a step over {args.calibration_steps} measured steps)",
+            flush=True,
+        )
+    return report
+
+
 def run_child(
-    name: str, args: argparse.Namespace, log_dir: Path, precision: str | None = None, tag: str = ""
+    name: str,
+    args: argparse.Namespace,
+    log_dir: Path,
+    precision: str | None = None,
+    tag: str = "",
+    attention: str | None = None,
 ) -> dict[str, Any]:
     """Run one framework's child (`precision`, default args.precision) and return its result,
-    with its wall time and the load average before and after it."""
+    with its wall time and the load average before and after it. `attention`: the TRL model's
+    attn_implementation (default: what --trl-attention gives for `precision`)."""
     precision = precision or args.precision
+    attention = attention or trl_attention(args.trl_attention, precision)
     result_file = log_dir / f"{name}{tag}.json"
     log_file = log_dir / f"{name}{tag}.log"
     cmd = [
@@ -622,7 +675,7 @@ def run_child(
         "--precision",
         precision,
         "--trl-attention",
-        trl_attention(args.trl_attention, precision),
+        attention,
         *(["--sdpa-only"] if args.sdpa_only else []),
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
@@ -821,10 +874,19 @@ def main() -> None:
     )
     parser.add_argument(
         "--trl-attention",
-        choices=["sdpa", "eager", "bf16-eager"],
-        default="sdpa",
-        help="TRL model's attn_implementation (sdpa: the Transformers default; bf16-eager: "
-        "eager in bf16, sdpa in fp32, TRL's faster choice per precision on the 2-core CPU)",
+        choices=["auto", *ATTENTIONS, "bf16-eager"],
+        default="auto",
+        help="TRL model's attn_implementation. auto: per precision, measured first (one short "
+        "TRL child with each, --calibration-steps measured steps) and the faster kept, so ours "
+        "is compared with TRL's faster choice on this machine; sdpa (the Transformers default) "
+        "or eager: fixed; bf16-eager: eager in bf16, sdpa in fp32 (the faster per precision "
+        "on one earlier 2-core machine)",
+    )
+    parser.add_argument(
+        "--calibration-steps",
+        type=int,
+        default=2,
+        help="measured steps of each --trl-attention auto calibration child (after 1 warm-up)",
     )
     parser.add_argument(
         "--sdpa-only",
@@ -845,8 +907,8 @@ def main() -> None:
             parser.error("a child runs one precision")
         child_main(args)
         return
-    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
-        parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.calibration_steps < 1:
+        parser.error("--rounds, --steps and --calibration-steps must be >= 1, --warmup >= 0")
 
     import torch
     import transformers
@@ -871,11 +933,21 @@ def main() -> None:
     )
     children: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
+        calibration: dict[str, dict[str, Any]] = {}
+        if args.trl_attention == "auto" and "trl" in frameworks:
+            calibration = calibrate_trl_attention(args, precisions, Path(tmp))
+        chosen = {p: c["chosen"] for p, c in calibration.items()}
         position = 0
         for rnd in range(args.rounds):
             for precision, name in round_order(precisions, frameworks, rnd):
                 tag = f"-r{rnd}-{precision}"
-                result = run_child(name, args, Path(tmp), precision, tag)
+                # the ours child takes no attention from this flag (model.fast_cpu_attention)
+                attention = (
+                    trl_attention(args.trl_attention, precision, chosen)
+                    if name == "trl"
+                    else "sdpa"
+                )
+                result = run_child(name, args, Path(tmp), precision, tag, attention)
                 result.update(bench_framework=name, round=rnd, position=position)
                 position += 1
                 children.append(result)
@@ -909,6 +981,12 @@ def main() -> None:
             "rounds": args.rounds,
             "order": "per round: precision by precision, ours then TRL; odd rounds reversed",
             "trl_attention": args.trl_attention,
+            "trl_attention_by_precision": {
+                p: trl_attention(args.trl_attention, p, chosen)
+                for p in precisions
+                if "trl" in frameworks
+            },
+            "trl_attention_calibration": calibration,
             "ours_sdpa_only": args.sdpa_only,
             "prompts_per_step": args.prompts,
             "group_size": args.group_size,

@@ -95,3 +95,58 @@ def test_ours_does_one_update_per_step_as_trl() -> None:
         cfg = vs_trl.our_config(64, 8, 2, 5e-6, precision, one_micro_batch=True)
         assert (cfg.algo.ppo_mini_batches, cfg.algo.epochs) == (1, 1)
         assert cfg.optim.micro_batch_size == 16 and cfg.algo.kl_coef == 0.0
+
+
+def trl_child(steps: list[float]) -> dict:
+    return {**child("trl", 0, 0, steps), "peak_rss_mib": 1.0}
+
+
+def test_auto_attention_keeps_the_faster_measured_one() -> None:
+    # medians of the measured steps (the 100 s warm-up left out): eager 3 < sdpa 4
+    assert (
+        vs_trl.faster_attention(
+            {"sdpa": trl_child([4.0, 4.0]), "eager": trl_child([3.0, 3.5, 2.0])}
+        )
+        == "eager"
+    )
+    assert vs_trl.faster_attention({"eager": trl_child([5.0]), "sdpa": trl_child([4.9])}) == "sdpa"
+    # a tie keeps the Transformers default
+    assert vs_trl.faster_attention({"eager": trl_child([2.0]), "sdpa": trl_child([2.0])}) == "sdpa"
+
+
+def test_attention_per_precision_under_each_choice() -> None:
+    chosen = {"fp32": "sdpa", "bf16": "eager"}
+    assert vs_trl.trl_attention("auto", "bf16", chosen) == "eager"
+    assert vs_trl.trl_attention("auto", "fp32", chosen) == "sdpa"
+    with pytest.raises(ValueError, match="no calibrated choice for bf16"):
+        vs_trl.trl_attention("auto", "bf16", {})
+    assert vs_trl.trl_attention("bf16-eager", "bf16") == "eager"
+    assert vs_trl.trl_attention("bf16-eager", "fp32") == "sdpa"
+    assert vs_trl.trl_attention("eager", "fp32") == "eager"
+
+
+def test_calibration_runs_each_attention_per_precision_alternating(monkeypatch, tmp_path) -> None:
+    calls = []
+    step = {
+        ("fp32", "sdpa"): 3.0,
+        ("fp32", "eager"): 4.0,
+        ("bf16", "sdpa"): 5.0,
+        ("bf16", "eager"): 2.0,
+    }
+
+    def fake_run_child(name, args, log_dir, precision, tag, attention):
+        calls.append((name, precision, attention, args.steps, args.warmup))
+        return trl_child([step[(precision, attention)]] * args.steps)
+
+    monkeypatch.setattr(vs_trl, "run_child", fake_run_child)
+    args = argparse.Namespace(steps=3, warmup=0, calibration_steps=2)
+    report = vs_trl.calibrate_trl_attention(args, ["fp32", "bf16"], tmp_path)
+    assert [(p, a) for _, p, a, _, _ in calls] == [
+        ("fp32", "sdpa"),
+        ("fp32", "eager"),
+        ("bf16", "eager"),
+        ("bf16", "sdpa"),
+    ]
+    assert all(name == "trl" and steps == 2 and warmup == 1 for name, _, _, steps, warmup in calls)
+    assert {p: r["chosen"] for p, r in report.items()} == {"fp32": "sdpa", "bf16": "eager"}
+    assert report["bf16"]["median_step_s"] == {"eager": 2.0, "sdpa": 5.0}
