@@ -1,7 +1,8 @@
 """BFCL single-turn function calling (env `bfcl`), scored by BFCL's own AST checker.
 
 One entry of the Berkeley Function Calling Leaderboard per episode: BFCL's own system prompt
-(its prompting format: the function docs as JSON, "return the calls as
+(its prompting format: the function docs as JSON, or in another of BFCL's doc layouts with
+`function_doc_format`, "return the calls as
 `[func_name1(params_name1=params_value1, ...), func_name2(params)]`"), the entry's user turn, and
 one model reply, which BFCL's decoder and checker score exactly as its eval runner does for a
 prompting model (`bfcl_data.single_turn_verdict`): 1 when it passes, 0 when it does not. The
