@@ -254,3 +254,39 @@ def test_killed_driver_is_restarted():
         assert result.terminated and result.info["success"] == 1.0 and pool.started == 3
     finally:
         pool.close()
+
+
+@pytest.mark.browser
+@needs_browser
+def test_success_reward_gives_no_partial_credit(pool):
+    """click-checkboxes credits (right - wrong) boxes / boxes: submitting at once scores the
+    share of boxes that should stay unchecked. With reward="success" any ending but a solved
+    page is -1, and a solved page +1, as with the raw reward."""
+    probe = MiniWoBEnv(pool=pool)
+    task = next(  # a page with a box to check: submitting at once does not solve it
+        t
+        for t in make_miniwob_tasks("eval", 40, tasks="click-checkboxes")
+        if "Select nothing" not in probe.reset(t, 0).messages[1]["content"]
+    )
+    scores = {}
+    for reward in ("raw", "success"):
+        env = MiniWoBEnv(pool=pool, reward=reward)
+        env.reset(task, 0)
+        submit = next(e.ref for e in env.snapshot.elements if e.role == "button")
+        scores[reward] = env.step(act(f"click({submit})"))
+        solved = None
+        env.reset(task, 0)
+        for _ in range(8):
+            solved = env.step(expert_action(env))
+            if solved.terminated:
+                break
+        assert solved.reward == 1.0 and solved.info["success"] == 1.0
+    partial = scores["raw"]
+    assert partial.terminated and partial.info["success"] == 0.0
+    assert -1.0 < partial.reward < 1.0  # MiniWoB's partial credit
+    assert scores["success"].reward == -1.0 and scores["success"].info["success"] == 0.0
+
+
+def test_an_unknown_reward_is_refused():
+    with pytest.raises(ValueError, match=r"reward must be one of \('raw', 'success'\)"):
+        MiniWoBEnv(reward="shaped")

@@ -10,7 +10,8 @@ page as compact text with element ids (page.py) and writes one action per turn,
 `<action>click(3)</action>` (actions.py). The page itself judges the episode: MiniWoB's
 `core.endEpisode(reward)` sets the reward when the task is done (clicked the right button: +1;
 a wrong one: -1; click-checkboxes: the share of boxes right, from -1 to 1) and the episode
-terminates with that reward, success when it is 1. MiniWoB's reward is scaled down by the
+terminates with that reward (or, with `reward="success"`, +1 / -1: REWARDS), success when it
+is 1. MiniWoB's reward is scaled down by the
 time taken; the raw (unscaled) reward is used here, because wall time on a CPU depends on the
 machine, not the agent, and would make runs irreproducible.
 
@@ -71,6 +72,13 @@ from agentic_rl.types import Action, ImageRef, Observation, StepResult, Task
 
 SUCCESS_REWARD = 1.0 - 1e-6  # MiniWoB's raw reward is 1.0 exactly on success
 UNFINISHED_REWARD = -1.0  # MiniWoB's timer ends an unfinished episode with -1 (core.js)
+REWARDS = ("raw", "success")
+"""`reward` choices. raw: MiniWoB's own (unscaled) reward, partial credit included: the
+benchmark's. success: +1 for a solved page, -1 for every other ending, the success metric
+itself. The two part where a page gives partial credit, e.g. click-checkboxes' (right - wrong)
+boxes / boxes: there a policy can raise the raw reward by checking fewer wrong boxes without
+solving more pages (seen on the bundled model: GRPO on the raw reward lifted the held-out
+checkbox pages' mean reward while their success fell from 25% to 6%)."""
 MAX_ATTEMPTS = 3  # an action is tried on this many fresh browsers before the episode fails
 SCREENSHOT_SIZE = (160, 210)  # width, height: MiniWoB's task area (#wrap) at CSS scale
 SCREENSHOT_NOTE = "Screenshot of the page:"  # the image placeholders follow this text
@@ -129,7 +137,10 @@ class MiniWoBEnv:
         screenshots: bool = False,
         screenshot_size: Sequence[int] = SCREENSHOT_SIZE,
         image_dir: str = "",
+        reward: str = "raw",
     ) -> None:
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         if len(screenshot_size) != 2 or min(int(v) for v in screenshot_size) < 1:
             raise ValueError(f"screenshot_size must be [width, height] > 0, got {screenshot_size}")
         if max_steps < 1:
@@ -140,6 +151,7 @@ class MiniWoBEnv:
             raise ValueError(f"reload_every must be >= 1, got {reload_every}")
         self.tools: list[Any] = [ACTION_TOOL]
         self.format_penalty = format_penalty
+        self.reward = reward
         self.max_steps = max_steps
         self.episode_time_s = episode_time_s
         self.reload_every = reload_every
@@ -361,13 +373,16 @@ class MiniWoBEnv:
         return UNFINISHED_REWARD
 
     def _ended(self, info: dict[str, Any]) -> StepResult:
-        """The page ended the episode: MiniWoB's raw reward, success when it is 1; the env
-        stops (its tab goes back to the pool)."""
+        """The page ended the episode: success when MiniWoB's raw reward is 1; the reward is
+        the raw one or, with `reward="success"`, +1 / -1 (REWARDS); the env stops (its tab
+        goes back to the pool)."""
         assert self.snapshot is not None
         self.done = True
         self._release()
-        info["success"] = float(self.snapshot.raw_reward >= SUCCESS_REWARD)
-        return StepResult(None, self.snapshot.raw_reward, terminated=True, info=info)
+        solved = self.snapshot.raw_reward >= SUCCESS_REWARD
+        info["success"] = float(solved)
+        reward = self.snapshot.raw_reward if self.reward == "raw" else (1.0 if solved else -1.0)
+        return StepResult(None, reward, terminated=True, info=info)
 
     def _invalid(
         self, why: str, extra: dict[str, Any] | None = None, fresh: bool = True
