@@ -144,8 +144,11 @@ FAMILIES: dict[str, Family] = {
         "gui_three_tasks.json), and 36% -> 32% at lr 1e-5 with it scored -1, where click-button"
         " rose and click-checkboxes fell 26% -> 3%: the policy learned to check fewer wrong boxes,"
         " which click-checkboxes' partial credit pays, instead of solving pages"
-        " (results/learning/probes/gui_raw_reward_lr1e-5.json). Not run yet with the success"
-        " reward",
+        " (results/learning/probes/gui_raw_reward_lr1e-5.json). Not met with the success reward"
+        " either: seed 0 went 31% (after failure DPO) -> 38% (step 10) -> 28% (step 40) and"
+        " click-checkboxes fell 29% -> 3% again, so partial credit is not the whole cause"
+        " (results/learning/probes/gui_success_reward_lr1e-5.json). Next: a per-task look at"
+        " the checkbox episodes under the success reward, and a per-task curriculum",
         (
             "env.options.tasks=click-button,click-link,click-checkboxes",
             "env.options.reward=success",
