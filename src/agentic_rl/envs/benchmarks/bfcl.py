@@ -30,7 +30,6 @@ never demonstrated; the Java ones are evaluation entries, never trained on anywa
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -125,7 +124,7 @@ def opening_messages(
     variant = bfcl().utils.extract_prompt_format_from_id(test_entry["id"])
     variant = re.sub(r"func_doc_fmt=\w+", f"func_doc_fmt={function_doc_format}", variant)
     system = handler.formulate_system_prompt(variant, test_entry["function"])
-    messages = [{"role": m["role"], "content": m["content"]} for m in copy.deepcopy(turn)]
+    messages = [{"role": m["role"], "content": m["content"]} for m in turn]  # new dicts
     if messages and messages[0]["role"] == "system":
         messages[0]["content"] = system + "\n\n" + messages[0]["content"]
     else:
